@@ -1,0 +1,449 @@
+// teardown/llist.hpp — an intrusive lock-free singly linked list (the kernel's llist, templated).
+//
+// An element type embeds an llist_node and names it as the hook:
+//
+//     struct job { llist_node hook; ... };
+//     llist<job, &job::hook> queue;
+//     if (queue.add(j)) wake_consumer();          // only the first adder wakes anyone
+//     for (job& j : queue.del_all().reverse()) run(j);   // oldest first; run() may free j
+//
+// Who may call what at the same time on one llist ("-": no lock needed, "L": the callers must
+// serialize among themselves, "x": never):
+//
+//                   add / add_batch   del_all   del_first   unsynchronized_*
+//     add / batch          -             -          -              x
+//     del_all              -             -          L              x
+//     del_first            -             L          L              x
+//     unsynchronized_*     x             x          x              L
+//
+// - add and add_batch race with anything, including each other: lock-free (a CAS loop that
+//   retries only when another thread changed the head in between).
+// - del_all races with adds and with other del_all callers; each node goes to exactly one of
+//   them. Wait-free: one exchange (lock-free on ao_atomics, whose exchange is a CAS loop).
+// - del_first must have one caller at a time, and no del_all may run beside it. Reason (ABA):
+//   del_first reads head = A and A->next = B, then swaps head from A to B. If in between another
+//   consumer took A and B and someone re-added A, the head is A again and the swap succeeds,
+//   installing B, which is no longer on the list. Adds alone cannot cause this: they never
+//   remove A. Lock-free against concurrent adds.
+// - unsynchronized_add and unsynchronized_del_all are for a caller that owns the list outright
+//   (no other thread touches it): they use plain relaxed loads and stores, no read-modify-write.
+//
+// Order: a list is a stack. del_all returns its nodes newest first; llist_batch::reverse()
+// turns a batch oldest first. add_batch inserts a prepared chain in one step, keeping the
+// chain's own order (its front becomes the newest node).
+//
+// Memory ordering: everything a thread wrote to an element before add(element) (or before
+// add_batch of a chain holding it) is visible to the thread that takes that element with
+// del_all or del_first. Nothing is promised between two elements' producers. empty() is a
+// relaxed snapshot: it may be stale by the time the caller looks at it, and is meant for
+// heuristics (should I sleep?) and for quiescent checks.
+//
+// Debug checks (on unless NDEBUG; force with TEARDOWN_LLIST_CHECKS=0/1): adding a node that is
+// still on a list, chain or batch, and destroying an llist, llist_batch or llist_chain that
+// still holds nodes, print a message naming the element type and abort. With the checks off
+// none of that code exists. The checks rely on one convention: a node that is on nothing links
+// to itself. Copying an element gives the copy a fresh, unlinked hook.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <string_view>
+#include <utility>
+
+#include "teardown/atomics.hpp"
+
+#ifndef TEARDOWN_LLIST_CHECKS
+#ifdef NDEBUG
+#define TEARDOWN_LLIST_CHECKS 0
+#else
+#define TEARDOWN_LLIST_CHECKS 1
+#endif
+#endif
+
+namespace teardown {
+
+struct llist_node;
+template <class T, llist_node T::*Hook, class Atomics>
+class llist;
+template <class T, llist_node T::*Hook>
+class llist_batch;
+template <class T, llist_node T::*Hook>
+class llist_chain;
+
+namespace detail {
+
+template <class T, llist_node T::*Hook>
+struct hook_traits;
+
+// "job" for teardown::detail::type_name<job>(), from the compiler's pretty function name; used
+// only in the debug checks' messages.
+template <class T>
+constexpr std::string_view type_name() noexcept {
+  std::string_view name = __PRETTY_FUNCTION__;
+  const std::string_view marker = "T = ";
+  const auto start = name.find(marker);
+  if (start == std::string_view::npos) return name;
+  name.remove_prefix(start + marker.size());
+  const auto end = name.find_first_of(";]");
+  return name.substr(0, end);
+}
+
+[[noreturn]] inline void llist_check_failed(std::string_view what, std::string_view type,
+                                            std::size_t count = 0) noexcept {
+  if (count != 0) {
+    std::fprintf(stderr, "teardown: %.*s (element type %.*s, %zu node(s))\n",
+                 static_cast<int>(what.size()), what.data(), static_cast<int>(type.size()),
+                 type.data(), count);
+  } else {
+    std::fprintf(stderr, "teardown: %.*s (element type %.*s)\n", static_cast<int>(what.size()),
+                 what.data(), static_cast<int>(type.size()), type.data());
+  }
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace detail
+
+/// The hook an element embeds. Default-constructible; a copy is a fresh, unlinked hook, so
+/// copying an element that is on a list never copies its place in the list.
+struct llist_node {
+  llist_node() noexcept : next_(this) {}
+  llist_node(const llist_node&) noexcept : next_(this) {}
+  llist_node& operator=(const llist_node&) noexcept { return *this; }  // keeps its own linkage
+
+ private:
+  template <class T, llist_node T::*Hook, class Atomics>
+  friend class llist;
+  template <class T, llist_node T::*Hook>
+  friend class llist_batch;
+  template <class T, llist_node T::*Hook>
+  friend class llist_chain;
+  template <class T, llist_node T::*Hook>
+  friend struct detail::hook_traits;
+
+  // Atomic because del_first reads the link of a node that a concurrent add has just
+  // published; every access is relaxed, ordering comes from the list head.
+  std::atomic<llist_node*> next_;
+
+  // "On nothing" means linked to itself (see the debug checks in the header comment).
+  bool unlinked() const noexcept { return next_.load(std::memory_order_relaxed) == this; }
+  void mark_unlinked() noexcept {
+#if TEARDOWN_LLIST_CHECKS
+    next_.store(this, std::memory_order_relaxed);
+#endif
+  }
+  llist_node* next() const noexcept { return next_.load(std::memory_order_relaxed); }
+  void set_next(llist_node* next) noexcept { next_.store(next, std::memory_order_relaxed); }
+};
+
+namespace detail {
+
+template <class T, llist_node T::*Hook>
+struct hook_traits {
+  static llist_node& node(T& element) noexcept { return element.*Hook; }
+
+  // The element that embeds `node` (the kernel's container_of). In the Itanium C++ ABI (GCC
+  // and Clang on every platform we build for) a pointer to data member is the member's byte
+  // offset; a hook cannot sit in a virtual base (such a member pointer does not convert), so
+  // the offset is fixed. The copy folds to a constant.
+  static T& element(llist_node& node) noexcept {
+    static_assert(sizeof(Hook) == sizeof(std::ptrdiff_t),
+                  "teardown::llist assumes the Itanium C++ ABI layout of member pointers");
+    std::ptrdiff_t offset;
+    constexpr auto hook = Hook;
+    std::memcpy(&offset, &hook, sizeof offset);
+    return *reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(&node) - offset);
+  }
+
+  static void check_unlinked(llist_node& node, std::string_view operation) noexcept {
+#if TEARDOWN_LLIST_CHECKS
+    if (!node.unlinked()) {
+      llist_check_failed(operation, type_name<T>());
+    }
+#else
+    (void)node;
+    (void)operation;
+#endif
+  }
+};
+
+}  // namespace detail
+
+/// What del_all() returns: a private, move-only run of nodes that no other thread can see.
+/// Not thread-safe (it is one thread's property). Range-for takes each element out of the batch
+/// before yielding it, so the loop body may destroy the element or add it to a list again; a
+/// loop left early leaves the rest in the batch.
+template <class T, llist_node T::*Hook>
+class llist_batch {
+  using hooks = detail::hook_traits<T, Hook>;
+
+ public:
+  llist_batch() noexcept = default;
+  llist_batch(llist_batch&& other) noexcept : first_(std::exchange(other.first_, nullptr)) {}
+  llist_batch& operator=(llist_batch&& other) noexcept {
+    if (this != &other) {
+      check_empty_on_drop("llist_batch assigned over while still holding nodes");
+      first_ = std::exchange(other.first_, nullptr);
+    }
+    return *this;
+  }
+  llist_batch(const llist_batch&) = delete;
+  llist_batch& operator=(const llist_batch&) = delete;
+  ~llist_batch() { check_empty_on_drop("llist_batch destroyed while still holding nodes; they would be lost"); }
+
+  bool empty() const noexcept { return first_ == nullptr; }
+
+  /// O(n): walks the batch.
+  std::size_t size() const noexcept {
+    std::size_t count = 0;
+    for (llist_node* node = first_; node != nullptr; node = node->next()) ++count;
+    return count;
+  }
+
+  /// Takes the first element out of the batch; nullptr when empty.
+  T* pop_front() noexcept {
+    llist_node* node = first_;
+    if (node == nullptr) return nullptr;
+    first_ = node->next();
+    node->mark_unlinked();
+    return &hooks::element(*node);
+  }
+
+  /// The same nodes in the opposite order (oldest first, for a batch from del_all). O(n).
+  llist_batch reverse() && noexcept {
+    llist_node* reversed = nullptr;
+    llist_node* node = std::exchange(first_, nullptr);
+    while (node != nullptr) {
+      llist_node* next = node->next();
+      node->set_next(reversed);
+      reversed = node;
+      node = next;
+    }
+    return llist_batch(reversed);
+  }
+
+  /// A single-pass iterator that pops each element before yielding it.
+  class iterator {
+   public:
+    using value_type = T;
+    using reference = T&;
+    using difference_type = std::ptrdiff_t;
+
+    T& operator*() const noexcept { return *current_; }
+    T* operator->() const noexcept { return current_; }
+    iterator& operator++() noexcept {
+      current_ = batch_->pop_front();
+      return *this;
+    }
+    void operator++(int) noexcept { ++*this; }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept {
+      return it.current_ == nullptr;
+    }
+
+   private:
+    friend class llist_batch;
+    explicit iterator(llist_batch* batch) noexcept : batch_(batch), current_(batch->pop_front()) {}
+    llist_batch* batch_;
+    T* current_;
+  };
+
+  iterator begin() noexcept { return iterator(this); }
+  std::default_sentinel_t end() const noexcept { return {}; }
+
+ private:
+  template <class U, llist_node U::*H, class A>
+  friend class llist;
+
+  explicit llist_batch(llist_node* first) noexcept : first_(first) {}
+
+  void check_empty_on_drop(std::string_view what) const noexcept {
+#if TEARDOWN_LLIST_CHECKS
+    if (first_ != nullptr) detail::llist_check_failed(what, detail::type_name<T>(), size());
+#else
+    (void)what;
+#endif
+  }
+
+  llist_node* first_ = nullptr;
+};
+
+/// A local, non-atomic chain of elements built by one thread and handed to llist::add_batch,
+/// which publishes the whole chain with one successful CAS. Not thread-safe. push_front and
+/// push_back are O(1). After add_batch the chain's front is the list's newest node, so
+/// push_front(a), push_front(b), add_batch(...) leaves the list as add(a), add(b) would.
+template <class T, llist_node T::*Hook>
+class llist_chain {
+  using hooks = detail::hook_traits<T, Hook>;
+
+ public:
+  llist_chain() noexcept = default;
+  llist_chain(llist_chain&& other) noexcept
+      : first_(std::exchange(other.first_, nullptr)), last_(std::exchange(other.last_, nullptr)) {}
+  llist_chain& operator=(llist_chain&& other) noexcept {
+    if (this != &other) {
+      check_empty_on_drop("llist_chain assigned over while still holding nodes");
+      first_ = std::exchange(other.first_, nullptr);
+      last_ = std::exchange(other.last_, nullptr);
+    }
+    return *this;
+  }
+  llist_chain(const llist_chain&) = delete;
+  llist_chain& operator=(const llist_chain&) = delete;
+  ~llist_chain() { check_empty_on_drop("llist_chain destroyed while still holding nodes; they would be lost"); }
+
+  bool empty() const noexcept { return first_ == nullptr; }
+
+  /// O(n): walks the chain.
+  std::size_t size() const noexcept {
+    std::size_t count = 0;
+    for (llist_node* node = first_; node != nullptr; node = node->next()) ++count;
+    return count;
+  }
+
+  void push_front(T& element) noexcept {
+    llist_node& node = hooks::node(element);
+    hooks::check_unlinked(node, "llist_chain::push_front: node is already on a list, chain or batch");
+    node.set_next(first_);
+    first_ = &node;
+    if (last_ == nullptr) last_ = &node;
+  }
+
+  void push_back(T& element) noexcept {
+    llist_node& node = hooks::node(element);
+    hooks::check_unlinked(node, "llist_chain::push_back: node is already on a list, chain or batch");
+    node.set_next(nullptr);
+    if (last_ == nullptr) {
+      first_ = &node;
+    } else {
+      last_->set_next(&node);
+    }
+    last_ = &node;
+  }
+
+ private:
+  template <class U, llist_node U::*H, class A>
+  friend class llist;
+
+  void check_empty_on_drop(std::string_view what) const noexcept {
+#if TEARDOWN_LLIST_CHECKS
+    if (first_ != nullptr) detail::llist_check_failed(what, detail::type_name<T>(), size());
+#else
+    (void)what;
+#endif
+  }
+
+  llist_node* first_ = nullptr;
+  llist_node* last_ = nullptr;
+};
+
+/// The list. See the header comment for who may call what and the ordering guarantee.
+template <class T, llist_node T::*Hook, class Atomics = std_atomics>
+class llist {
+  using hooks = detail::hook_traits<T, Hook>;
+
+ public:
+  using batch = llist_batch<T, Hook>;
+  using chain = llist_chain<T, Hook>;
+
+  constexpr llist() noexcept = default;
+  llist(const llist&) = delete;
+  llist& operator=(const llist&) = delete;
+  ~llist() {
+#if TEARDOWN_LLIST_CHECKS
+    if (llist_node* first = head_.load(std::memory_order_relaxed); first != nullptr) {
+      std::size_t count = 0;
+      for (llist_node* node = first; node != nullptr; node = node->next()) ++count;
+      detail::llist_check_failed("llist destroyed while still holding nodes; they would be lost",
+                                 detail::type_name<T>(), count);
+    }
+#endif
+  }
+
+  /// Thread-safe and lock-free. Returns true iff the list was empty just before, so that only
+  /// the first of a run of adders wakes the consumer.
+  bool add(T& element) noexcept {
+    llist_node& node = hooks::node(element);
+    hooks::check_unlinked(node, "llist::add: node is already on a list, chain or batch");
+    return link(&node, &node);
+  }
+
+  /// Thread-safe and lock-free. Publishes the whole chain with one successful CAS and leaves
+  /// the chain empty. Returns true iff the list was empty just before; an empty chain is a
+  /// no-op returning false.
+  bool add_batch(chain&& nodes) noexcept {
+    if (nodes.empty()) return false;
+    llist_node* first = std::exchange(nodes.first_, nullptr);
+    llist_node* last = std::exchange(nodes.last_, nullptr);
+    return link(first, last);
+  }
+
+  /// Thread-safe; wait-free on std_atomics (one exchange), lock-free on ao_atomics. Takes every
+  /// node; the batch yields them newest first.
+  [[nodiscard]] batch del_all() noexcept {
+    // acquire: pairs with the release CAS in link(), so the taker sees each element's contents
+    // and the links written before it was published (later adds continue the release sequence).
+    return batch(head_.exchange(nullptr, std::memory_order_acquire));
+  }
+
+  /// Lock-free against adds. One caller at a time, and never beside del_all (see the ABA note
+  /// in the header comment). Pops the newest node; nullptr when empty.
+  [[nodiscard]] T* del_first() noexcept {
+    // acquire: pairs with the release CAS in link(); we are about to read first->next.
+    llist_node* first = head_.load(std::memory_order_acquire);
+    for (;;) {
+      if (first == nullptr) return nullptr;
+      llist_node* next = first->next();
+      // Success may be relaxed: the value swapped out is the one the acquire above (or the
+      // failure path below) already synchronized with. Failure is acquire for the same reason
+      // as the initial load: the loop reads the new head's link next.
+      if (head_.compare_exchange_weak(first, next, std::memory_order_relaxed,
+                                      std::memory_order_acquire)) {
+        break;
+      }
+    }
+    first->mark_unlinked();
+    return &hooks::element(*first);
+  }
+
+  /// A relaxed snapshot; see "Memory ordering" in the header comment.
+  bool empty() const noexcept { return head_.load(std::memory_order_relaxed) == nullptr; }
+
+  /// Not thread-safe: for a caller that owns the list outright. Same result as add().
+  bool unsynchronized_add(T& element) noexcept {
+    llist_node& node = hooks::node(element);
+    hooks::check_unlinked(node, "llist::unsynchronized_add: node is already on a list, chain or batch");
+    llist_node* first = head_.load(std::memory_order_relaxed);
+    node.set_next(first);
+    head_.store(&node, std::memory_order_relaxed);
+    return first == nullptr;
+  }
+
+  /// Not thread-safe: for a caller that owns the list outright. Same result as del_all().
+  [[nodiscard]] batch unsynchronized_del_all() noexcept {
+    llist_node* first = head_.load(std::memory_order_relaxed);
+    head_.store(nullptr, std::memory_order_relaxed);
+    return batch(first);
+  }
+
+ private:
+  // Links first..last (already chained together) in front of the current head.
+  bool link(llist_node* first, llist_node* last) noexcept {
+    llist_node* head = head_.load(std::memory_order_relaxed);
+    do {
+      // last is still private to this thread here: a relaxed store is enough, the release
+      // CAS below publishes it.
+      last->set_next(head);
+      // release: pairs with the acquire in del_all / del_first, publishing the elements.
+      // Failure is relaxed: we only retry with the fresh head, reading nothing through it.
+    } while (!head_.compare_exchange_weak(head, first, std::memory_order_release,
+                                          std::memory_order_relaxed));
+    return head == nullptr;
+  }
+
+  typename Atomics::template atomic<llist_node*> head_{nullptr};
+};
+
+}  // namespace teardown

@@ -1,0 +1,33 @@
+# Sourced by demo.sh and test.sh: installs the Debian packages a script needs, and only those
+# that are missing. Needs root (or sudo) only when something is missing.
+
+ensure_packages() {
+  local missing=()
+  local package
+  for package in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$package")
+    fi
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    return 0
+  fi
+  echo "==> installing missing Debian packages: ${missing[*]}"
+  local as_root=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      as_root=(sudo)
+    else
+      echo "error: need root (or sudo) to install: ${missing[*]}" >&2
+      return 1
+    fi
+  fi
+  "${as_root[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# What building the library, its examples and its tests needs. The benchmark peers are part of
+# the test build too, so that they keep compiling.
+build_packages=(cmake ninja-build g++ pkg-config libatomic-ops-dev)
+test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev
+               libboost-dev libck-dev liburcu-dev)

@@ -1,0 +1,51 @@
+// Shared helpers for the teardown test suite: the Atomics backends every typed test runs on,
+// and the sanitizer-aware sizing of stress tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "teardown/atomics.hpp"
+
+namespace teardown_test {
+
+// True when this translation unit is built with ThreadSanitizer or AddressSanitizer. GCC
+// announces them with __SANITIZE_THREAD__ / __SANITIZE_ADDRESS__, Clang with __has_feature.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr bool under_sanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+inline constexpr bool under_sanitizer = true;
+#else
+inline constexpr bool under_sanitizer = false;
+#endif
+#else
+inline constexpr bool under_sanitizer = false;
+#endif
+
+// A stress-test size: n normally, about a tenth of it (at least 1) under a sanitizer, which
+// slows every atomic and memory access by an order of magnitude. Fewer objects per run also
+// make races surface sooner (crossbeam does the same).
+constexpr std::size_t scaled(std::size_t n) noexcept {
+  return under_sanitizer ? std::max<std::size_t>(n / 10, 1) : n;
+}
+
+// Every typed test runs on each Atomics policy this build offers.
+#if TEARDOWN_AO_ATOMICS_AVAILABLE
+using atomics_backends = ::testing::Types<teardown::std_atomics, teardown::ao_atomics>;
+#else
+using atomics_backends = ::testing::Types<teardown::std_atomics>;
+#endif
+
+// Names typed-test instances after the policy ("LlistTest/std.AddReturns...") rather than 0, 1.
+struct atomics_backend_name {
+  template <class Atomics>
+  static std::string GetName(int /*index*/) {
+    return Atomics::name;
+  }
+};
+
+}  // namespace teardown_test
