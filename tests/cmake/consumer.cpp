@@ -1,6 +1,6 @@
 // The program every consumer project builds: it uses the library the way a user would, through
 // whichever of the four routes its CMakeLists.txt chose, and fails loudly if anything is off.
-#include <teardown/llist.hpp>
+#include <teardown/teardown.hpp>
 
 #include <cstdio>
 #include <thread>

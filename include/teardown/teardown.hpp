@@ -1,0 +1,6 @@
+// teardown/teardown.hpp — the umbrella header: includes every public header of the library.
+// Including a single component header (teardown/llist.hpp, ...) is cheaper and equally valid.
+#pragma once
+
+#include "teardown/atomics.hpp"
+#include "teardown/llist.hpp"
