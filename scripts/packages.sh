@@ -28,6 +28,6 @@ ensure_packages() {
 
 # What building the library, its examples and its tests needs. The benchmark peers are part of
 # the test build too, so that they keep compiling.
-build_packages=(cmake ninja-build g++ pkg-config libatomic-ops-dev)
+build_packages=(cmake ninja-build g++ pkg-config libatomic-ops-dev systemtap-sdt-dev)
 test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev
                libboost-dev libck-dev liburcu-dev)

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <string>
 
 #include "teardown/atomics.hpp"
 
@@ -33,19 +32,13 @@ constexpr std::size_t scaled(std::size_t n) noexcept {
   return under_sanitizer ? std::max<std::size_t>(n / 10, 1) : n;
 }
 
-// Every typed test runs on each Atomics policy this build offers.
+// Every typed test runs on each Atomics policy this build offers. The instances keep gtest's
+// numeric names (Suite/0, Suite/1): CMake's gtest_discover_tests turns those into CTest names
+// that end in the policy, e.g. "LlistTest.DelAllYieldsNewestFirst<teardown::ao_atomics>".
 #if TEARDOWN_AO_ATOMICS_AVAILABLE
 using atomics_backends = ::testing::Types<teardown::std_atomics, teardown::ao_atomics>;
 #else
 using atomics_backends = ::testing::Types<teardown::std_atomics>;
 #endif
-
-// Names typed-test instances after the policy ("LlistTest/std.AddReturns...") rather than 0, 1.
-struct atomics_backend_name {
-  template <class Atomics>
-  static std::string GetName(int /*index*/) {
-    return Atomics::name;
-  }
-};
 
 }  // namespace teardown_test

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -70,6 +71,11 @@ struct ao_atomics {
    public:
     constexpr atomic() noexcept = default;
     constexpr explicit atomic(W initial) noexcept : word_(to_word(initial)) {}
+    // Constant initialization for a null pointer (reinterpret_cast is never constexpr), so a
+    // namespace-scope structure on this backend can be constinit.
+    constexpr atomic(std::nullptr_t) noexcept
+      requires std::is_pointer_v<W>
+        : word_(0) {}
     atomic(const atomic&) = delete;
     atomic& operator=(const atomic&) = delete;
 
@@ -110,18 +116,17 @@ struct ao_atomics {
       }
     }
 
-    // AO's CAS never fails spuriously, so weak and strong are the same. AO picks the failure
-    // order from the success order (release -> relaxed, acquire/full -> acquire); it is never
-    // weaker than the failure order std::atomic callers in teardown ask for.
+    // AO's CAS never fails spuriously, so weak and strong are the same.
     bool compare_exchange_weak(W& expected, W desired, std::memory_order success,
-                               std::memory_order /*failure*/) noexcept {
-      return compare_exchange_strong(expected, desired, success, success);
+                               std::memory_order failure) noexcept {
+      return compare_exchange_strong(expected, desired, success, failure);
     }
 
     bool compare_exchange_strong(W& expected, W desired, std::memory_order success,
                                  std::memory_order failure) noexcept {
-      // A failure order stronger than the success order (allowed since C++17) needs the
-      // stronger AO form for both.
+      // AO fixes the failure order by the success order (relaxed -> relaxed, release ->
+      // relaxed, acquire and full -> acquire), so an acquire failure order needs the form
+      // whose failure is acquire.
       const std::memory_order order =
           failure == std::memory_order_acquire && success == std::memory_order_release
               ? std::memory_order_acq_rel

@@ -396,10 +396,13 @@ class llist {
     for (;;) {
       if (first == nullptr) return nullptr;
       llist_node* next = first->next();
-      // Success may be relaxed: the value swapped out is the one the acquire above (or the
-      // failure path below) already synchronized with. Failure is acquire for the same reason
-      // as the initial load: the loop reads the new head's link next.
-      if (head_.compare_exchange_weak(first, next, std::memory_order_relaxed,
+      // Failure is acquire for the same reason as the initial load: the loop goes on to read
+      // the new head's link, so it must synchronize with that node's add (release CAS in
+      // link()). Success needs no ordering of its own (the node swapped out is the one already
+      // acquired), but a failure order stronger than the success order is rejected by GCC 12
+      // (-Winvalid-memory-model), so success is acquire too; on x86 and AArch64 it costs nothing
+      // extra.
+      if (head_.compare_exchange_weak(first, next, std::memory_order_acquire,
                                       std::memory_order_acquire)) {
         break;
       }

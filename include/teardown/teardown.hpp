@@ -3,4 +3,8 @@
 #pragma once
 
 #include "teardown/atomics.hpp"
+#include "teardown/budget.hpp"
+#include "teardown/counter.hpp"
 #include "teardown/llist.hpp"
+#include "teardown/static_key.hpp"
+#include "teardown/trace.hpp"
