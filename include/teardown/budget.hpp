@@ -115,8 +115,9 @@ class basic_budget {
   std::uint64_t cap() const noexcept { return cap_.load(std::memory_order_relaxed); }
   /// Failed try_reserve calls so far (n > cap included).
   std::uint64_t rejected() const noexcept { return rejected_.load(std::memory_order_relaxed); }
-  /// The highest committed pending seen by a successful reserve since construction or the
-  /// last reset_high_water().
+  /// The highest pending seen by a successful reserve since construction or the last
+  /// reset_high_water(). Under add_then_check it may include a racing reserve's charge that
+  /// was about to be taken back; it never exceeds the cap in force at that reserve.
   std::uint64_t high_water() const noexcept { return high_water_.load(std::memory_order_relaxed); }
   void reset_high_water() noexcept { high_water_.store(0, std::memory_order_relaxed); }
 

@@ -13,7 +13,9 @@
 // Why not sched_getcpu(): a thread can migrate between reading its CPU number and adding, so a
 // CPU index would still need an atomic add and would change under the thread's feet; a stable
 // per-thread index gives the same spread without a syscall or vDSO call per add. Threads are
-// dealt shard indexes round-robin on first use, so T threads on S >= T shards never share.
+// dealt shard indexes round-robin on first use, process-wide, and an index is never reused; so
+// the first S threads of a process never share one of S shards, and later threads wrap around
+// (sharing a shard costs speed, never correctness).
 //
 // Snapshot semantics of read(): the sum of the shards, each read once. It is not an atomic
 // snapshot of all shards: adds that run during read() may or may not be included. For a

@@ -13,8 +13,9 @@
 //   hook  A program may register one function per event at run time (set_hook). Each event's
 //         hook sits behind a static_key, so an unhooked event costs one relaxed load.
 //
-// Detection: TEARDOWN_HAVE_SDT=1 (the CMake target defines it when it finds sys/sdt.h) forces
-// the probes on, TEARDOWN_NO_SDT forces them off; otherwise __has_include decides.
+// Detection: defining TEARDOWN_HAVE_SDT (to anything; the CMake target does so in its own build
+// tree when it finds sys/sdt.h) forces the probes on, defining TEARDOWN_NO_SDT forces them off;
+// otherwise __has_include decides.
 //
 // Who may call what
 //   emit functions (trace::queue, ...)  any thread. Wait-free when unhooked; when hooked they
@@ -39,13 +40,19 @@
 #include "teardown/static_key.hpp"
 
 #if defined(TEARDOWN_HAVE_SDT) || (!defined(TEARDOWN_NO_SDT) && __has_include(<sys/sdt.h>))
-#ifndef SDT_USE_VARIADIC
-#define SDT_USE_VARIADIC 1  // enables STAP_PROBEV, the variadic form
-#endif
 #include <sys/sdt.h>
 #define TEARDOWN_TRACE_USDT 1
-/// Emits USDT probe teardown:<event> with up to 12 arguments (integers or pointers).
-#define TEARDOWN_TRACE(event, ...) STAP_PROBEV(teardown, event, __VA_ARGS__)
+// The arguments are counted here and handed to the fixed-arity STAP_PROBE<n>, which <sys/sdt.h>
+// always defines; its own variadic STAP_PROBEV exists only if SDT_USE_VARIADIC was defined
+// before the translation unit's first include of <sys/sdt.h>, which a header cannot ensure.
+#define TEARDOWN_TRACE_COUNT_(...) \
+  TEARDOWN_TRACE_COUNT_IMPL_(__VA_ARGS__, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define TEARDOWN_TRACE_COUNT_IMPL_(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, n, ...) n
+#define TEARDOWN_TRACE_PROBE_(n) TEARDOWN_TRACE_PROBE_IMPL_(n)
+#define TEARDOWN_TRACE_PROBE_IMPL_(n) STAP_PROBE##n
+/// Emits USDT probe teardown:<event> with 1 to 12 arguments (integers or pointers).
+#define TEARDOWN_TRACE(event, ...) \
+  TEARDOWN_TRACE_PROBE_(TEARDOWN_TRACE_COUNT_(__VA_ARGS__))(teardown, event, __VA_ARGS__)
 #else
 #define TEARDOWN_TRACE_USDT 0
 #define TEARDOWN_TRACE(event, ...) ((void)0)

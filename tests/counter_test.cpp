@@ -1,0 +1,225 @@
+// Specification of teardown::sharded_counter: single-threaded arithmetic, the shard count, and
+// in the ShardedCounterStressTest suite the two concurrent promises of read(): exact once the
+// adders are joined, and never decreasing between successive reads by one thread while they
+// run. Bounded by add counts, never by time; smaller under sanitizers (scaled()).
+#include "teardown/counter.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <latch>
+#include <limits>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace teardown_test {
+namespace {
+
+using teardown::sharded_counter;
+
+static_assert(!std::is_copy_constructible_v<sharded_counter>);
+static_assert(!std::is_copy_assignable_v<sharded_counter>);
+static_assert(!std::is_convertible_v<std::size_t, sharded_counter>, "the constructor is explicit");
+static_assert(noexcept(std::declval<sharded_counter&>().add(1)));
+static_assert(noexcept(std::declval<const sharded_counter&>().read()));
+static_assert(noexcept(std::declval<const sharded_counter&>().shard_count()));
+
+// --- One thread --------------------------------------------------------------------------------
+
+TEST(ShardedCounterTest, StartsAtZero) {
+  const sharded_counter events;
+  EXPECT_EQ(events.read(), 0u);
+}
+
+TEST(ShardedCounterTest, AddWithoutAnAmountAddsOne) {
+  sharded_counter events;
+  events.add();
+  events.add();
+  EXPECT_EQ(events.read(), 2u);
+}
+
+TEST(ShardedCounterTest, AddAddsTheGivenAmount) {
+  sharded_counter events;
+  events.add(40);
+  events.add(2);
+  EXPECT_EQ(events.read(), 42u);
+}
+
+TEST(ShardedCounterTest, AddingZeroChangesNothing) {
+  sharded_counter events;
+  events.add(7);
+  events.add(0);
+  EXPECT_EQ(events.read(), 7u);
+}
+
+TEST(ShardedCounterTest, ReadDoesNotChangeTheCount) {
+  sharded_counter events;
+  events.add(5);
+  EXPECT_EQ(events.read(), 5u);
+  EXPECT_EQ(events.read(), 5u);
+}
+
+TEST(ShardedCounterTest, LargeAmountsAddExactly) {
+  sharded_counter events;
+  const std::uint64_t big = std::uint64_t{1} << 62;
+  events.add(big);
+  events.add(big);
+  events.add(3);
+  EXPECT_EQ(events.read(), 2 * big + 3);
+}
+
+TEST(ShardedCounterTest, CountersAreIndependent) {
+  sharded_counter queued(4);
+  sharded_counter rejected(4);
+  queued.add(3);
+  rejected.add(1);
+  EXPECT_EQ(queued.read(), 3u);
+  EXPECT_EQ(rejected.read(), 1u);
+}
+
+// Threads that run one after another land on different shards; read() sums them all.
+TEST(ShardedCounterTest, ReadSumsAddsFromEveryThread) {
+  sharded_counter events(4);
+  std::uint64_t expected = 0;
+  for (std::uint64_t index = 1; index <= 10; ++index) {
+    std::thread adder([&events, index] { events.add(index); });
+    adder.join();
+    expected += index;
+  }
+  events.add(100);
+  EXPECT_EQ(events.read(), expected + 100);
+}
+
+// --- Shard count -------------------------------------------------------------------------------
+
+TEST(ShardedCounterTest, ShardCountIsTheRequestRoundedUpToAPowerOfTwo) {
+  const std::pair<std::size_t, std::size_t> request_and_count[] = {
+      {1, 1}, {2, 2},  {3, 4},   {4, 4},    {5, 8},     {7, 8},
+      {8, 8}, {9, 16}, {64, 64}, {65, 128}, {200, 256}, {256, 256}};
+  for (const auto& [requested, expected] : request_and_count) {
+    EXPECT_EQ(sharded_counter(requested).shard_count(), expected) << "requested " << requested;
+  }
+}
+
+TEST(ShardedCounterTest, ShardCountIsClampedTo256) {
+  for (const std::size_t requested :
+       {std::size_t{257}, std::size_t{511}, std::size_t{1000}, std::size_t{1} << 20,
+        std::numeric_limits<std::size_t>::max()}) {
+    EXPECT_EQ(sharded_counter(requested).shard_count(), 256u) << "requested " << requested;
+  }
+}
+
+TEST(ShardedCounterTest, EveryRequestGivesAPowerOfTwoBetweenOneAnd256NotBelowIt) {
+  for (std::size_t requested = 1; requested <= 300; ++requested) {
+    const std::size_t count = sharded_counter(requested).shard_count();
+    EXPECT_TRUE(std::has_single_bit(count)) << "requested " << requested << ", got " << count;
+    EXPECT_GE(count, std::min<std::size_t>(requested, 256)) << "requested " << requested;
+    EXPECT_LE(count, 256u) << "requested " << requested;
+    EXPECT_LT(count, 2 * requested) << "requested " << requested << ": rounded past the next power";
+  }
+}
+
+TEST(ShardedCounterTest, DefaultShardCountFollowsTheHardwareThreads) {
+  const std::size_t hardware = std::thread::hardware_concurrency();
+  const std::size_t expected = std::bit_ceil(std::clamp<std::size_t>(hardware, 1, 256));
+  EXPECT_EQ(sharded_counter().shard_count(), expected) << hardware << " hardware threads";
+  EXPECT_EQ(sharded_counter(0).shard_count(), expected) << "0 asks for the default";
+}
+
+TEST(ShardedCounterTest, OneShardCountsEverythingExactly) {
+  sharded_counter events(1);
+  ASSERT_EQ(events.shard_count(), 1u);
+  std::thread other([&events] { events.add(5); });
+  other.join();
+  events.add(6);
+  EXPECT_EQ(events.read(), 11u);
+}
+
+// --- Many threads ------------------------------------------------------------------------------
+
+constexpr unsigned adder_threads = 8;
+
+// Thread `index` adds (index + 1) on every step, with add() and add(n) alike.
+void add_known_amounts(sharded_counter& events, unsigned index, std::size_t steps) {
+  for (std::size_t step = 0; step < steps; ++step) {
+    if (index == 0) {
+      events.add();
+    } else {
+      events.add(index + 1);
+    }
+  }
+}
+
+std::uint64_t known_total(std::size_t steps) {
+  std::uint64_t total = 0;
+  for (unsigned index = 0; index < adder_threads; ++index) {
+    total += std::uint64_t{index + 1} * steps;
+  }
+  return total;
+}
+
+// One shard (every thread on the same line), fewer shards than threads, and more.
+TEST(ShardedCounterStressTest, ReadAfterJoiningTheAddersIsTheExactSum) {
+  for (const std::size_t shards : {std::size_t{1}, std::size_t{4}, std::size_t{64}}) {
+    sharded_counter events(shards);
+    const std::size_t steps = scaled(100000);
+    std::latch start(adder_threads);
+    std::vector<std::thread> adders;
+    for (unsigned index = 0; index < adder_threads; ++index) {
+      adders.emplace_back([&, index] {
+        start.arrive_and_wait();
+        add_known_amounts(events, index, steps);
+      });
+    }
+    for (auto& adder : adders) adder.join();
+    EXPECT_EQ(events.read(), known_total(steps)) << shards << " shards";
+  }
+}
+
+TEST(ShardedCounterStressTest, SuccessiveReadsDuringConcurrentAddsNeverDecrease) {
+  for (const std::size_t shards : {std::size_t{1}, std::size_t{4}, std::size_t{64}}) {
+    sharded_counter events(shards);
+    const std::size_t steps = scaled(100000);
+    const std::uint64_t total = known_total(steps);
+    std::atomic<unsigned> adders_done{0};
+    std::latch start(adder_threads + 1);
+    std::vector<std::thread> adders;
+    for (unsigned index = 0; index < adder_threads; ++index) {
+      adders.emplace_back([&, index] {
+        start.arrive_and_wait();
+        add_known_amounts(events, index, steps);
+        adders_done.fetch_add(1, std::memory_order_release);  // pairs with the reader's acquire
+      });
+    }
+    std::uint64_t reads = 0;
+    std::uint64_t previous = 0;
+    std::uint64_t decreases = 0;
+    std::uint64_t above_total = 0;
+    start.arrive_and_wait();
+    // Read until every adder has finished, then once more.
+    bool last_round = false;
+    while (!last_round) {
+      last_round = adders_done.load(std::memory_order_acquire) == adder_threads;
+      const std::uint64_t now = events.read();
+      ++reads;
+      if (now < previous) ++decreases;
+      if (now > total) ++above_total;
+      previous = now;
+    }
+    for (auto& adder : adders) adder.join();
+    EXPECT_EQ(decreases, 0u) << shards << " shards, " << reads << " reads";
+    EXPECT_EQ(above_total, 0u) << shards << " shards: a read exceeded everything ever added";
+    EXPECT_EQ(previous, total) << shards << " shards: the read after the last add is exact";
+  }
+}
+
+}  // namespace
+}  // namespace teardown_test
