@@ -1,0 +1,508 @@
+// llist_bench — producer scaling of teardown::llist against its peers and the physical limit.
+//
+// Every case runs the same scenario: N producer threads (the benchmark's threads, 1 up to the
+// hardware thread count) each push nodes as fast as they can, and ONE consumer thread takes
+// everything in a loop (llist::del_all, or the peer's pop-all) and hands the nodes back. One
+// iteration is one push; the reported time is wall time per push over all producers together
+// (real time / total pushes, so 1e9 / items_per_second), and that is what the ratios compare.
+// At the top producer count the consumer is one thread more than the hardware has: that is the
+// intended load (a producer per hardware thread, plus the worker that drains them).
+// Each case runs for at least 0.2 s unless --benchmark_min_time says otherwise. After the
+// console table, the binary prints every case's time per push and its ratio to limit/fetch_add
+// at the same producer count (medians when repeated).
+//
+//   llist/std                 teardown::llist<..., std_atomics>: add / del_all
+//   llist/ao                  teardown::llist<..., ao_atomics>: add / del_all (libatomic_ops)
+//   limit/fetch_add           one atomic<uint64_t> on its own cache line: producers fetch_add(1),
+//                             the consumer exchange(0)s it. No push can beat one contended RMW on
+//                             one line, so this is the floor the others are divided by.
+//   peer/boost_lockfree_stack boost::lockfree::stack<node*>: bounded_push / consume_all_atomic
+//   peer/ck_stack_upmc        Concurrency Kit: ck_stack_push_upmc / ck_stack_batch_pop_upmc
+//   peer/urcu_lfs             liburcu: cds_lfs_push / __cds_lfs_pop_all
+//   peer/mutex_vector         std::mutex + std::vector<node*>: push_back / swap under the lock
+//
+// Nodes: each producer owns a pool (a ring of kPoolNodes nodes, allocated before timing starts),
+// so nothing is allocated in the timed loop. A node carries an in_flight flag: the producer sets
+// it before pushing, the consumer clears it (release) once it has read the node for the last
+// time, and the producer reuses the node only after seeing it clear (acquire). If the consumer
+// falls a whole pool behind, the producer yields until it catches up: that wait is part of the
+// measured push, the same for every case. The consumer yields when a take comes back empty.
+// limit/fetch_add has no nodes.
+//
+// Peers whose package CMake did not find are compiled out (TEARDOWN_BENCH_HAVE_BOOST, _CK,
+// _URCU) and named on stderr and in the JSON context as skipped.
+#include <benchmark/benchmark.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "teardown/llist.hpp"
+
+#ifndef TEARDOWN_BENCH_HAVE_BOOST
+#define TEARDOWN_BENCH_HAVE_BOOST 0
+#endif
+#ifndef TEARDOWN_BENCH_HAVE_CK
+#define TEARDOWN_BENCH_HAVE_CK 0
+#endif
+#ifndef TEARDOWN_BENCH_HAVE_URCU
+#define TEARDOWN_BENCH_HAVE_URCU 0
+#endif
+
+#if TEARDOWN_BENCH_HAVE_BOOST
+#include <boost/lockfree/stack.hpp>
+#endif
+#if TEARDOWN_BENCH_HAVE_CK
+// ck_stack.h is C: two of its inline functions assign ck_pr_fas_ptr's void* to an entry
+// pointer, which C++ rejects. Its CK_F_* guards let us supply those two ourselves; the one we
+// use is CK 0.7.1's ck_stack_batch_pop_upmc with the cast added (declared first: the header's
+// mpmc variant calls it), the other we never call.
+#define CK_F_STACK_BATCH_POP_UPMC
+#define CK_F_STACK_PUSH_MPNC
+struct ck_stack;
+struct ck_stack_entry;
+static inline ck_stack_entry* ck_stack_batch_pop_upmc(ck_stack* target);
+#include <ck_stack.h>
+static inline ck_stack_entry* ck_stack_batch_pop_upmc(ck_stack* target) {
+  auto* entry = static_cast<ck_stack_entry*>(ck_pr_fas_ptr(&target->head, nullptr));
+  ck_pr_fence_load();
+  return entry;
+}
+#endif
+#if TEARDOWN_BENCH_HAVE_URCU
+// urcu is measured through its inline (LGPL) functions (_cds_lfs_push, ___cds_lfs_pop_all), as
+// teardown and ck are, not through a library call per push. urcu 0.13's static header does not
+// compile as C++: its _blocking helpers pass a cds_lfs_stack* where C's transparent union
+// converts it. The two overloads below, declared before that header, do the conversion; we never
+// call the _blocking helpers.
+#include <urcu/lfstack.h>
+static inline cds_lfs_node* ___cds_lfs_pop(cds_lfs_stack* s);
+static inline cds_lfs_head* ___cds_lfs_pop_all(cds_lfs_stack* s);
+#include <urcu/static/lfstack.h>
+static inline cds_lfs_node* ___cds_lfs_pop(cds_lfs_stack* s) {
+  cds_lfs_stack_ptr_t stack;
+  stack.s = s;
+  return ___cds_lfs_pop(stack);
+}
+static inline cds_lfs_head* ___cds_lfs_pop_all(cds_lfs_stack* s) {
+  cds_lfs_stack_ptr_t stack;
+  stack.s = s;
+  return ___cds_lfs_pop_all(stack);
+}
+#endif
+
+namespace {
+
+// Per producer. 16384 nodes of 64 bytes = 1 MiB, small enough to stay in L2/L3; at a few ns per
+// push that is on the order of 100 us of pushing before a descheduled consumer stalls a producer.
+constexpr std::size_t kPoolNodes = std::size_t{1} << 14;
+constexpr double kMinTimeSeconds = 0.2;
+
+// One cache line per node, so that a producer writing one node never shares a line with the
+// consumer reading its neighbour. The hooks of every case live side by side; each case uses one.
+struct alignas(64) bench_node {
+  teardown::llist_node hook;
+#if TEARDOWN_BENCH_HAVE_CK
+  ck_stack_entry_t ck_entry{};
+#endif
+#if TEARDOWN_BENCH_HAVE_URCU
+  cds_lfs_node urcu_entry{};
+#endif
+  // true from the producer's push until the consumer is done with the node.
+  std::atomic<bool> in_flight{false};
+};
+
+// The consumer is done with n: the producer may rewrite it.
+void hand_back(bench_node& n) noexcept {
+  // release: pairs with the acquire in node_pool::take; the consumer's reads of n (its links)
+  // happen before the producer's next writes to it.
+  n.in_flight.store(false, std::memory_order_release);
+}
+
+template <class Member>
+bench_node& owner_of(Member* member, std::size_t offset) noexcept {
+  return *reinterpret_cast<bench_node*>(reinterpret_cast<unsigned char*>(member) - offset);
+}
+
+class alignas(64) node_pool {
+ public:
+  node_pool() : nodes_(new bench_node[kPoolNodes]) {}
+
+  // The next node of the ring, once the consumer has handed it back.
+  bench_node& take() noexcept {
+    bench_node& n = nodes_[next_];
+    next_ = (next_ + 1) & (kPoolNodes - 1);
+    // acquire: pairs with the release in hand_back().
+    while (n.in_flight.load(std::memory_order_acquire)) std::this_thread::yield();
+    // relaxed: the node is private until the push, whose release publishes this store.
+    n.in_flight.store(true, std::memory_order_relaxed);
+    return n;
+  }
+
+ private:
+  std::unique_ptr<bench_node[]> nodes_;
+  std::size_t next_ = 0;
+};
+
+// ---- The cases. Each has push(node) (or push() for the limit) and take_all(), which takes
+// ---- everything, hands every node back, and returns whether it found anything.
+
+template <class Atomics>
+struct alignas(64) llist_case {
+  static constexpr bool uses_nodes = true;
+  explicit llist_case(std::size_t /*capacity*/) {}
+
+  void push(bench_node& n) noexcept { (void)list.add(n); }
+  bool take_all() noexcept {
+    auto batch = list.del_all();
+    if (batch.empty()) return false;
+    // The batch unlinks each node before yielding it, so it may be handed back at once.
+    for (bench_node& n : batch) hand_back(n);
+    return true;
+  }
+
+  teardown::llist<bench_node, &bench_node::hook, Atomics> list;
+};
+
+struct alignas(64) fetch_add_limit {
+  static constexpr bool uses_nodes = false;
+  explicit fetch_add_limit(std::size_t /*capacity*/) {}
+
+  // The orders a queue needs (release push, acquire take); on x86 every RMW is a full barrier
+  // anyway, so this is the bare cost of one contended lock-prefixed instruction.
+  void push() noexcept { counter.fetch_add(1, std::memory_order_release); }
+  bool take_all() noexcept { return counter.exchange(0, std::memory_order_acquire) != 0; }
+
+  std::atomic<std::uint64_t> counter{0};
+};
+
+#if TEARDOWN_BENCH_HAVE_BOOST
+// Boost's stack is not intrusive: each push takes an internal node from the stack's freelist
+// (a second CAS, on a line the consumer also writes when it frees nodes). The freelist is sized
+// up front and bounded_push never allocates; failing to push would be a bug in this harness.
+struct alignas(64) boost_case {
+  static constexpr bool uses_nodes = true;
+  // + a few: consume_all_atomic frees its internal node only after the functor has handed the
+  // element back, so a producer can push that element again before the internal node is free.
+  explicit boost_case(std::size_t capacity) : stack(capacity + 64) {}
+
+  void push(bench_node& n) noexcept {
+    if (!stack.bounded_push(&n)) {
+      std::fputs("llist_bench: boost::lockfree::stack freelist exhausted\n", stderr);
+      std::abort();
+    }
+  }
+  bool take_all() noexcept {
+    return stack.consume_all_atomic([](bench_node* n) { hand_back(*n); }) != 0;
+  }
+
+  boost::lockfree::stack<bench_node*> stack;
+};
+#endif
+
+#if TEARDOWN_BENCH_HAVE_CK
+// ck_stack "upmc": unique producers (no node pushed twice at once), multiple consumers. Push is
+// a load + CAS loop; batch_pop is one fetch-and-store, like del_all.
+struct alignas(64) ck_case {
+  static constexpr bool uses_nodes = true;
+  explicit ck_case(std::size_t /*capacity*/) {}
+
+  void push(bench_node& n) noexcept { ck_stack_push_upmc(&stack, &n.ck_entry); }
+  bool take_all() noexcept {
+    ck_stack_entry_t* entry = ck_stack_batch_pop_upmc(&stack);
+    if (entry == nullptr) return false;
+    while (entry != nullptr) {
+      ck_stack_entry_t* next = entry->next;  // read before the node goes back to its producer
+      hand_back(owner_of(entry, offsetof(bench_node, ck_entry)));
+      entry = next;
+    }
+    return true;
+  }
+
+  ck_stack_t stack = CK_STACK_INITIALIZER;
+};
+#endif
+
+#if TEARDOWN_BENCH_HAVE_URCU
+// The inline names: _cds_lfs_push is cds_lfs_push, ___cds_lfs_pop_all is __cds_lfs_pop_all.
+// urcu/lfstack.h synchronization rules, for this use: cds_lfs_push needs no synchronization
+// with anything; __cds_lfs_pop_all needs none with push nor with other pop_all callers. The RCU
+// read lock, mutex or single-consumer rule in that header is only for stacks on which
+// __cds_lfs_pop (single pop, ABA-prone) is also called, and the grace period before reusing a
+// node applies only to that RCU scheme. This case never calls __cds_lfs_pop, so the consumer
+// calls __cds_lfs_pop_all bare and a node goes back to its producer as soon as the consumer has
+// read its next link. (cds_lfs_pop_all_blocking would add a pthread mutex for nothing.)
+struct alignas(64) urcu_case {
+  static constexpr bool uses_nodes = true;
+  explicit urcu_case(std::size_t /*capacity*/) { ___cds_lfs_init(&stack); }
+
+  // C++ ignores the transparent union of the C API: build the argument by hand.
+  cds_lfs_stack_ptr_t handle() noexcept {
+    cds_lfs_stack_ptr_t ptr;
+    ptr._s = &stack;
+    return ptr;
+  }
+
+  void push(bench_node& n) noexcept { (void)_cds_lfs_push(handle(), &n.urcu_entry); }
+  bool take_all() noexcept {
+    cds_lfs_head* head = ___cds_lfs_pop_all(handle());
+    if (head == nullptr) return false;
+    cds_lfs_node* node;
+    cds_lfs_node* next;
+    // _safe: reads node->next before the body hands node back.
+    cds_lfs_for_each_safe(head, node, next) {
+      hand_back(owner_of(node, offsetof(bench_node, urcu_entry)));
+    }
+    return true;
+  }
+
+  __cds_lfs_stack stack;
+};
+#endif
+
+// The lock everyone reaches for first. Both vectors are reserved for every node that can be in
+// flight, so push_back never allocates.
+struct alignas(64) mutex_vector_case {
+  static constexpr bool uses_nodes = true;
+  explicit mutex_vector_case(std::size_t capacity) {
+    pending.reserve(capacity);
+    taken.reserve(capacity);
+  }
+
+  void push(bench_node& n) {
+    std::lock_guard<std::mutex> lock(mutex);
+    pending.push_back(&n);
+  }
+  bool take_all() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      pending.swap(taken);
+    }
+    if (taken.empty()) return false;
+    for (bench_node* n : taken) hand_back(*n);
+    taken.clear();
+    return true;
+  }
+
+  std::mutex mutex;
+  std::vector<bench_node*> pending;  // guarded by mutex
+  std::vector<bench_node*> taken;    // the consumer's own
+};
+
+// ---- The harness.
+
+template <class Case>
+struct run_context {
+  explicit run_context(int producers)
+      : shared(static_cast<std::size_t>(producers) * kPoolNodes),
+        pools(Case::uses_nodes ? static_cast<std::size_t>(producers) : 0) {}
+
+  void consume() {
+    // acquire: pairs with the release store in stop_consumer(); when the consumer sees stop,
+    // every push is done, so the final take_all() finds the rest.
+    while (!stop.load(std::memory_order_acquire)) {
+      if (!shared.take_all()) std::this_thread::yield();
+    }
+    shared.take_all();
+  }
+
+  void stop_consumer() {
+    stop.store(true, std::memory_order_release);
+    consumer.join();
+  }
+
+  alignas(64) Case shared;
+  alignas(64) std::atomic<bool> stop{false};
+  std::vector<node_pool> pools;
+  std::thread consumer;
+};
+
+// Set by thread 0 before the benchmark loop starts and cleared after it ends. The loop's start
+// barrier orders the store before any producer's first read, and its end barrier orders every
+// producer's last push before thread 0 tears the run down.
+template <class Case>
+run_context<Case>* current_run = nullptr;
+
+template <class Case>
+void producer_scaling(benchmark::State& state) {
+  if (state.thread_index() == 0) {
+    auto* run = new run_context<Case>(state.threads());
+    run->consumer = std::thread([run] { run->consume(); });
+    current_run<Case> = run;
+  }
+
+  for (auto _ : state) {
+    run_context<Case>& run = *current_run<Case>;
+    if constexpr (Case::uses_nodes) {
+      run.shared.push(run.pools[static_cast<std::size_t>(state.thread_index())].take());
+    } else {
+      run.shared.push();
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+
+  if (state.thread_index() == 0) {
+    run_context<Case>* run = std::exchange(current_run<Case>, nullptr);
+    run->stop_consumer();
+    delete run;
+  }
+}
+
+// The console table as usual, then each case's time per push divided by limit/fetch_add's at
+// the same producer count (medians when --benchmark_repetitions > 1).
+class ratio_reporter : public benchmark::ConsoleReporter {
+ public:
+  using ConsoleReporter::ConsoleReporter;
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.error_occurred) continue;
+      const std::string& name = run.run_name.function_name;
+      if (std::find(names_.begin(), names_.end(), name) == names_.end()) names_.push_back(name);
+      if (std::find(thread_counts_.begin(), thread_counts_.end(), run.threads) ==
+          thread_counts_.end()) {
+        thread_counts_.push_back(run.threads);
+      }
+      cell_t& cell = cells_[{name, run.threads}];
+      if (run.run_type == Run::RT_Aggregate) {
+        if (run.aggregate_name == "median") cell.median = run.GetAdjustedRealTime();
+      } else {
+        cell.repetitions.push_back(run.GetAdjustedRealTime());
+      }
+    }
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    if (names_.empty()) return;
+    std::sort(thread_counts_.begin(), thread_counts_.end());
+
+    std::FILE* out = stdout;
+    std::fflush(out);
+    std::fprintf(out, "\nns per push (all producers together) and ratio to limit/fetch_add:\n");
+    std::fprintf(out, "%-28s", "producers");
+    for (std::int64_t threads : thread_counts_) {
+      std::fprintf(out, "%24lld", static_cast<long long>(threads));
+    }
+    std::fprintf(out, "\n");
+    for (const std::string& name : names_) {
+      std::fprintf(out, "%-28s", name.c_str());
+      for (std::int64_t threads : thread_counts_) {
+        const double time = value(name, threads);
+        const double limit = value("limit/fetch_add", threads);
+        if (time <= 0) {
+          std::fprintf(out, "%24s", "-");
+        } else if (limit <= 0) {
+          std::fprintf(out, "%12.1f ns%9s", time, "");
+        } else {
+          std::fprintf(out, "%12.1f ns %7.2fx", time, time / limit);
+        }
+      }
+      std::fprintf(out, "\n");
+    }
+    std::fflush(out);
+  }
+
+ private:
+  struct cell_t {
+    double median = 0;
+    std::vector<double> repetitions;
+  };
+
+  double value(const std::string& name, std::int64_t threads) const {
+    const auto it = cells_.find({name, threads});
+    if (it == cells_.end()) return 0;
+    const cell_t& cell = it->second;
+    if (cell.median > 0) return cell.median;
+    if (cell.repetitions.empty()) return 0;
+    std::vector<double> sorted = cell.repetitions;
+    std::sort(sorted.begin(), sorted.end());
+    const std::size_t mid = sorted.size() / 2;
+    return sorted.size() % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+  }
+
+  std::vector<std::string> names_;  // in the order they ran
+  std::vector<std::int64_t> thread_counts_;
+  std::map<std::pair<std::string, std::int64_t>, cell_t> cells_;
+};
+
+// A benchmark's own MinTime would override --benchmark_min_time, so it is set only when the
+// command line does not ask for another.
+bool default_min_time = true;
+
+template <class Case>
+void register_case(const char* name, int max_producers) {
+  auto* benchmark = benchmark::RegisterBenchmark(name, producer_scaling<Case>)
+                        ->ThreadRange(1, max_producers)
+                        ->UseRealTime();
+  if (default_min_time) benchmark->MinTime(kMinTimeSeconds);
+}
+
+[[maybe_unused]] void skipped(const char* name, const char* why) {
+  std::fprintf(stderr, "llist_bench: %s skipped: %s\n", name, why);
+  benchmark::AddCustomContext(std::string("skipped ") + name, why);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]).starts_with("--benchmark_min_time")) default_min_time = false;
+  }
+  const int hardware_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  register_case<llist_case<teardown::std_atomics>>("llist/std", hardware_threads);
+#if TEARDOWN_AO_ATOMICS_AVAILABLE
+  register_case<llist_case<teardown::ao_atomics>>("llist/ao", hardware_threads);
+#else
+  skipped("llist/ao", "built without libatomic_ops (<atomic_ops.h>)");
+#endif
+  register_case<fetch_add_limit>("limit/fetch_add", hardware_threads);
+#if TEARDOWN_BENCH_HAVE_BOOST
+  register_case<boost_case>("peer/boost_lockfree_stack", hardware_threads);
+#else
+  skipped("peer/boost_lockfree_stack", "built without Boost.Lockfree");
+#endif
+#if TEARDOWN_BENCH_HAVE_CK
+  register_case<ck_case>("peer/ck_stack_upmc", hardware_threads);
+#else
+  skipped("peer/ck_stack_upmc", "built without Concurrency Kit (pkg-config ck)");
+#endif
+#if TEARDOWN_BENCH_HAVE_URCU
+  register_case<urcu_case>("peer/urcu_lfs", hardware_threads);
+#else
+  skipped("peer/urcu_lfs", "built without liburcu (pkg-config liburcu-cds)");
+#endif
+  register_case<mutex_vector_case>("peer/mutex_vector", hardware_threads);
+
+  benchmark::AddCustomContext("llist_bench consumer", "1 thread, in addition to the producers");
+  benchmark::AddCustomContext("llist_bench pool nodes per producer", std::to_string(kPoolNodes));
+  benchmark::AddCustomContext("teardown llist checks", TEARDOWN_LLIST_CHECKS ? "on" : "off");
+  if (TEARDOWN_LLIST_CHECKS) {
+    std::fputs("llist_bench: built with teardown's debug checks on (no NDEBUG): llist timings "
+               "include them\n",
+               stderr);
+  }
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  ratio_reporter reporter(isatty(STDOUT_FILENO) ? benchmark::ConsoleReporter::OO_ColorTabular
+                                                : benchmark::ConsoleReporter::OO_Tabular);
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
