@@ -159,6 +159,23 @@ struct hook_traits {
     return *reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(&node) - offset);
   }
 
+  // The number of nodes from `first` to the end of its run. O(n).
+  static std::size_t count(const llist_node* first) noexcept {
+    std::size_t nodes = 0;
+    for (; first != nullptr; first = first->next()) ++nodes;
+    return nodes;
+  }
+
+  // A list, batch or chain about to forget `first` would lose every node from there on.
+  static void check_nothing_lost(const llist_node* first, std::string_view what) noexcept {
+#if TEARDOWN_LLIST_CHECKS
+    if (first != nullptr) llist_check_failed(what, type_name<T>(), count(first));
+#else
+    (void)first;
+    (void)what;
+#endif
+  }
+
   static void check_unlinked(llist_node& node, std::string_view operation) noexcept {
 #if TEARDOWN_LLIST_CHECKS
     if (!node.unlinked()) {
@@ -186,23 +203,21 @@ class llist_batch {
   llist_batch(llist_batch&& other) noexcept : first_(std::exchange(other.first_, nullptr)) {}
   llist_batch& operator=(llist_batch&& other) noexcept {
     if (this != &other) {
-      check_empty_on_drop("llist_batch assigned over while still holding nodes");
+      hooks::check_nothing_lost(first_, "llist_batch assigned over while still holding nodes");
       first_ = std::exchange(other.first_, nullptr);
     }
     return *this;
   }
   llist_batch(const llist_batch&) = delete;
   llist_batch& operator=(const llist_batch&) = delete;
-  ~llist_batch() { check_empty_on_drop("llist_batch destroyed while still holding nodes; they would be lost"); }
+  ~llist_batch() {
+    hooks::check_nothing_lost(first_, "llist_batch destroyed while still holding nodes; they would be lost");
+  }
 
   bool empty() const noexcept { return first_ == nullptr; }
 
   /// O(n): walks the batch.
-  std::size_t size() const noexcept {
-    std::size_t count = 0;
-    for (llist_node* node = first_; node != nullptr; node = node->next()) ++count;
-    return count;
-  }
+  std::size_t size() const noexcept { return hooks::count(first_); }
 
   /// Takes the first element out of the batch; nullptr when empty.
   T* pop_front() noexcept {
@@ -260,14 +275,6 @@ class llist_batch {
 
   explicit llist_batch(llist_node* first) noexcept : first_(first) {}
 
-  void check_empty_on_drop(std::string_view what) const noexcept {
-#if TEARDOWN_LLIST_CHECKS
-    if (first_ != nullptr) detail::llist_check_failed(what, detail::type_name<T>(), size());
-#else
-    (void)what;
-#endif
-  }
-
   llist_node* first_ = nullptr;
 };
 
@@ -285,7 +292,7 @@ class llist_chain {
       : first_(std::exchange(other.first_, nullptr)), last_(std::exchange(other.last_, nullptr)) {}
   llist_chain& operator=(llist_chain&& other) noexcept {
     if (this != &other) {
-      check_empty_on_drop("llist_chain assigned over while still holding nodes");
+      hooks::check_nothing_lost(first_, "llist_chain assigned over while still holding nodes");
       first_ = std::exchange(other.first_, nullptr);
       last_ = std::exchange(other.last_, nullptr);
     }
@@ -293,16 +300,14 @@ class llist_chain {
   }
   llist_chain(const llist_chain&) = delete;
   llist_chain& operator=(const llist_chain&) = delete;
-  ~llist_chain() { check_empty_on_drop("llist_chain destroyed while still holding nodes; they would be lost"); }
+  ~llist_chain() {
+    hooks::check_nothing_lost(first_, "llist_chain destroyed while still holding nodes; they would be lost");
+  }
 
   bool empty() const noexcept { return first_ == nullptr; }
 
   /// O(n): walks the chain.
-  std::size_t size() const noexcept {
-    std::size_t count = 0;
-    for (llist_node* node = first_; node != nullptr; node = node->next()) ++count;
-    return count;
-  }
+  std::size_t size() const noexcept { return hooks::count(first_); }
 
   void push_front(T& element) noexcept {
     llist_node& node = hooks::node(element);
@@ -328,14 +333,6 @@ class llist_chain {
   template <class U, llist_node U::*H, class A>
   friend class llist;
 
-  void check_empty_on_drop(std::string_view what) const noexcept {
-#if TEARDOWN_LLIST_CHECKS
-    if (first_ != nullptr) detail::llist_check_failed(what, detail::type_name<T>(), size());
-#else
-    (void)what;
-#endif
-  }
-
   llist_node* first_ = nullptr;
   llist_node* last_ = nullptr;
 };
@@ -353,14 +350,8 @@ class llist {
   llist(const llist&) = delete;
   llist& operator=(const llist&) = delete;
   ~llist() {
-#if TEARDOWN_LLIST_CHECKS
-    if (llist_node* first = head_.load(std::memory_order_relaxed); first != nullptr) {
-      std::size_t count = 0;
-      for (llist_node* node = first; node != nullptr; node = node->next()) ++count;
-      detail::llist_check_failed("llist destroyed while still holding nodes; they would be lost",
-                                 detail::type_name<T>(), count);
-    }
-#endif
+    hooks::check_nothing_lost(head_.load(std::memory_order_relaxed),
+                              "llist destroyed while still holding nodes; they would be lost");
   }
 
   /// Thread-safe and lock-free. Returns true iff the list was empty just before, so that only
