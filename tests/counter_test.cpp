@@ -167,6 +167,32 @@ std::uint64_t known_total(std::size_t steps) {
 }
 
 // One shard (every thread on the same line), fewer shards than threads, and more.
+// White-box: the shard index a thread holds (teardown::detail) decides which shard it adds to.
+TEST(ShardedCounterShardIndexTest, LiveThreadsHoldDistinctIndexes) {
+  constexpr int threads = 8;
+  std::vector<std::size_t> indexes(threads);
+  std::latch all_hold(threads);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      indexes[t] = teardown::detail::this_thread_shard_index();
+      all_hold.arrive_and_wait();  // nobody exits (and gives its index back) before all hold one
+    });
+  }
+  for (auto& w : workers) w.join();
+  std::sort(indexes.begin(), indexes.end());
+  EXPECT_EQ(std::adjacent_find(indexes.begin(), indexes.end()), indexes.end());
+}
+
+TEST(ShardedCounterShardIndexTest, AnExitedThreadsIndexIsGivenToTheNextThread) {
+  (void)teardown::detail::this_thread_shard_index();  // the main thread holds its own
+  std::size_t first = 0;
+  std::size_t second = 0;
+  std::thread([&] { first = teardown::detail::this_thread_shard_index(); }).join();
+  std::thread([&] { second = teardown::detail::this_thread_shard_index(); }).join();
+  EXPECT_EQ(first, second);
+}
+
 TEST(ShardedCounterStressTest, ReadAfterJoiningTheAddersIsTheExactSum) {
   for (const std::size_t shards : {std::size_t{1}, std::size_t{4}, std::size_t{64}}) {
     sharded_counter events(shards);

@@ -7,15 +7,18 @@
 //
 // Who may call what
 //   add(n)     any thread, concurrently. Lock-free (one relaxed fetch_add on the caller's shard;
-//              wait-free where fetch_add is a single instruction, as on x86-64 and AArch64 LSE).
+//              wait-free where fetch_add is a single instruction, as on x86-64 and AArch64 LSE),
+//              except a thread's very first add of any sharded_counter, which takes its shard
+//              index under a mutex (may block briefly) and may allocate.
 //   read()     any thread. Wait-free: walks the shards with relaxed loads.
 //
 // Why not sched_getcpu(): a thread can migrate between reading its CPU number and adding, so a
 // CPU index would still need an atomic add and would change under the thread's feet; a stable
-// per-thread index gives the same spread without a syscall or vDSO call per add. Threads are
-// dealt shard indexes round-robin on first use, process-wide, and an index is never reused; so
-// the first S threads of a process never share one of S shards, and later threads wrap around
-// (sharing a shard costs speed, never correctness).
+// per-thread index gives the same spread without a syscall or vDSO call per add. A thread takes
+// the lowest index no live thread holds on its first add (process-wide, under a mutex, once per
+// thread) and gives it back when it exits, so up to S live threads never share one of S shards,
+// however threads come and go. More live threads than shards wrap around: sharing a shard costs
+// speed, never correctness.
 //
 // Snapshot semantics of read(): the sum of the shards, each read once. It is not an atomic
 // snapshot of all shards: adds that run during read() may or may not be included. For a
@@ -33,17 +36,64 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace teardown {
 
 namespace detail {
 
-// A process-wide, stable index per thread: 0, 1, 2, ... in order of first use.
+// Hands each live thread the lowest shard index no other live thread holds, and takes it back
+// when the thread exits, so that at most S live threads never share one of S shards however
+// threads come and go. Taken once per thread (a mutex), never on the add path. Deliberately
+// never destroyed: a thread may exit after static destructors have run.
+class shard_index_registry {
+ public:
+  static shard_index_registry& instance() {
+    static shard_index_registry* const registry = new shard_index_registry;
+    return *registry;
+  }
+
+  // Returned when the registry cannot grow (out of memory): the thread then shares shard 0
+  // and gives nothing back.
+  static constexpr std::size_t unowned = static_cast<std::size_t>(-1);
+
+  std::size_t acquire() noexcept {
+    const std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < in_use_.size(); ++i) {
+      if (!in_use_[i]) {
+        in_use_[i] = true;
+        return i;
+      }
+    }
+    try {
+      in_use_.push_back(true);
+    } catch (const std::bad_alloc&) {
+      return unowned;
+    }
+    return in_use_.size() - 1;
+  }
+
+  void release(std::size_t index) noexcept {
+    if (index == unowned) return;
+    const std::lock_guard lock(mutex_);
+    in_use_[index] = false;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<bool> in_use_;  // guarded by mutex_
+};
+
+// This thread's index: taken on first use, returned at thread exit.
 inline std::size_t this_thread_shard_index() noexcept {
-  static std::atomic<std::size_t> next_index{0};
-  thread_local const std::size_t index = next_index.fetch_add(1, std::memory_order_relaxed);
-  return index;
+  struct holder {
+    std::size_t index = shard_index_registry::instance().acquire();
+    ~holder() { shard_index_registry::instance().release(index); }
+  };
+  thread_local const holder held;
+  return held.index == shard_index_registry::unowned ? 0 : held.index;
 }
 
 }  // namespace detail
