@@ -41,7 +41,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +49,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "teardown/llist.hpp"
 
 #ifndef TEARDOWN_BENCH_HAVE_BOOST
@@ -363,45 +363,22 @@ void producer_scaling(benchmark::State& state) {
 
 // The console table as usual, then each case's time per push divided by limit/fetch_add's at
 // the same producer count (medians when --benchmark_repetitions > 1).
-class ratio_reporter : public benchmark::ConsoleReporter {
+class ratio_reporter : public teardown_bench::summary_reporter {
  public:
-  using ConsoleReporter::ConsoleReporter;
+  using summary_reporter::summary_reporter;
 
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      if (run.error_occurred) continue;
-      const std::string& name = run.run_name.function_name;
-      if (std::find(names_.begin(), names_.end(), name) == names_.end()) names_.push_back(name);
-      if (std::find(thread_counts_.begin(), thread_counts_.end(), run.threads) ==
-          thread_counts_.end()) {
-        thread_counts_.push_back(run.threads);
-      }
-      cell_t& cell = cells_[{name, run.threads}];
-      if (run.run_type == Run::RT_Aggregate) {
-        if (run.aggregate_name == "median") cell.median = run.GetAdjustedRealTime();
-      } else {
-        cell.repetitions.push_back(run.GetAdjustedRealTime());
-      }
-    }
-  }
-
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    if (names_.empty()) return;
-    std::sort(thread_counts_.begin(), thread_counts_.end());
-
-    std::FILE* out = stdout;
-    std::fflush(out);
+ private:
+  void print_summary(std::FILE* out) const override {
+    const std::vector<std::int64_t>& thread_counts = runs().thread_counts();
     std::fprintf(out, "\nns per push (all producers together) and ratio to limit/fetch_add:\n");
     std::fprintf(out, "%-28s", "producers");
-    for (std::int64_t threads : thread_counts_) {
+    for (std::int64_t threads : thread_counts) {
       std::fprintf(out, "%24lld", static_cast<long long>(threads));
     }
     std::fprintf(out, "\n");
-    for (const std::string& name : names_) {
+    for (const std::string& name : runs().names()) {
       std::fprintf(out, "%-28s", name.c_str());
-      for (std::int64_t threads : thread_counts_) {
+      for (std::int64_t threads : thread_counts) {
         const double time = value(name, threads);
         const double limit = value("limit/fetch_add", threads);
         if (time <= 0) {
@@ -414,30 +391,13 @@ class ratio_reporter : public benchmark::ConsoleReporter {
       }
       std::fprintf(out, "\n");
     }
-    std::fflush(out);
   }
 
- private:
-  struct cell_t {
-    double median = 0;
-    std::vector<double> repetitions;
-  };
-
+  // ns per push, all producers together; 0 if the case did not run at that count.
   double value(const std::string& name, std::int64_t threads) const {
-    const auto it = cells_.find({name, threads});
-    if (it == cells_.end()) return 0;
-    const cell_t& cell = it->second;
-    if (cell.median > 0) return cell.median;
-    if (cell.repetitions.empty()) return 0;
-    std::vector<double> sorted = cell.repetitions;
-    std::sort(sorted.begin(), sorted.end());
-    const std::size_t mid = sorted.size() / 2;
-    return sorted.size() % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+    const Run* run = runs().median(name, threads);
+    return run == nullptr ? 0 : run->GetAdjustedRealTime();
   }
-
-  std::vector<std::string> names_;  // in the order they ran
-  std::vector<std::int64_t> thread_counts_;
-  std::map<std::pair<std::string, std::int64_t>, cell_t> cells_;
 };
 
 // A benchmark's own MinTime would override --benchmark_min_time, so it is set only when the

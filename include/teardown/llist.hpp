@@ -19,8 +19,7 @@
 // - add and add_batch race with anything, including each other: lock-free (a CAS loop that
 //   retries only when another thread changed the head in between).
 // - del_all races with adds and with other del_all callers; each node goes to exactly one of
-//   them. Wait-free: a load, and one exchange if the list is not empty (lock-free on
-//   ao_atomics, whose exchange is a CAS loop).
+//   them. Wait-free: one exchange (lock-free on ao_atomics, whose exchange is a CAS loop).
 // - del_first must have one caller at a time, and no del_all may run beside it. Reason (ABA):
 //   del_first reads head = A and A->next = B, then swaps head from A to B. If in between another
 //   consumer took A and B and someone re-added A, the head is A again and the swap succeeds,
@@ -372,13 +371,12 @@ class llist {
     return link(first, last);
   }
 
-  /// Thread-safe; wait-free on std_atomics (a load, then one exchange), lock-free on
-  /// ao_atomics. Takes every node; the batch yields them newest first.
+  /// Thread-safe; wait-free on std_atomics (one exchange), lock-free on ao_atomics. Takes every
+  /// node; the batch yields them newest first.
   [[nodiscard]] batch del_all() noexcept {
-    // An empty list is answered from a relaxed load without writing the head's cache line, so
-    // a consumer that polls does not steal the line from producers. Nothing is read through a
-    // null head, so relaxed is enough.
-    if (head_.load(std::memory_order_relaxed) == nullptr) return batch();
+    // No "is it empty?" load first: measured with a polling consumer, that load pulls the line
+    // to the consumer just as the exchange would, and costs a second transfer when the list is
+    // not empty. A consumer that wants to poll cheaply should sleep on was-empty wake-ups.
     // acquire: pairs with the release CAS in link(), so the taker sees each element's contents
     // and the links written before it was published (later adds continue the release sequence).
     return batch(head_.exchange(nullptr, std::memory_order_acquire));
