@@ -207,54 +207,42 @@ class LlistStressTest : public ::testing::Test {
   static constexpr std::size_t producer_count = 4;
   static constexpr std::size_t nodes_per_producer = scaled(20000);
 
+  // Producers publish every node the given way while one consumer loops del_all: each node is
+  // taken exactly once, intact, and every non-empty batch began with exactly one add (or
+  // add_batch) that found the list empty.
+  void expect_one_del_all_consumer_takes_every_node_once(publish how) {
+    list shared_list;
+    std::latch start(producer_count + 1);
+    consumer_tally tally;
+    {
+      producers adders(shared_list, nodes_, producer_count, start, how);
+      std::thread consumer([&] {
+        start.arrive_and_wait();
+        tally = consume_with_del_all(shared_list, adders, nodes_);
+      });
+      consumer.join();
+      adders.join();
+
+      EXPECT_EQ(tally.non_empty_batches, adders.was_empty_adds())
+          << "each non-empty del_all batch must begin with exactly one add that found the list empty";
+    }
+    EXPECT_EQ(tally.taken, nodes_.size());
+    EXPECT_EQ(nodes_.taken_other_than(1), 0u);
+    EXPECT_EQ(tally.payload_mismatches, 0u);
+    EXPECT_TRUE(shared_list.empty());
+  }
+
   stress_nodes nodes_{producer_count, nodes_per_producer};
 };
 
 TYPED_TEST_SUITE(LlistStressTest, atomics_backends);
 
 TYPED_TEST(LlistStressTest, SingleDelAllConsumerTakesEveryNodeExactlyOnce) {
-  typename TestFixture::list list;
-  std::latch start(TestFixture::producer_count + 1);
-  consumer_tally tally;
-  {
-    typename TestFixture::producers producers(list, this->nodes_, TestFixture::producer_count,
-                                              start, publish::one_by_one);
-    std::thread consumer([&] {
-      start.arrive_and_wait();
-      tally = consume_with_del_all(list, producers, this->nodes_);
-    });
-    consumer.join();
-    producers.join();
-
-    EXPECT_EQ(tally.non_empty_batches, producers.was_empty_adds())
-        << "each non-empty del_all batch must begin with exactly one add that found the list empty";
-  }
-  EXPECT_EQ(tally.taken, this->nodes_.size());
-  EXPECT_EQ(this->nodes_.taken_other_than(1), 0u);
-  EXPECT_EQ(tally.payload_mismatches, 0u);
-  EXPECT_TRUE(list.empty());
+  this->expect_one_del_all_consumer_takes_every_node_once(publish::one_by_one);
 }
 
 TYPED_TEST(LlistStressTest, AddBatchProducersWithDelAllConsumerDeliverEveryNodeExactlyOnce) {
-  typename TestFixture::list list;
-  std::latch start(TestFixture::producer_count + 1);
-  consumer_tally tally;
-  {
-    typename TestFixture::producers producers(list, this->nodes_, TestFixture::producer_count,
-                                              start, publish::in_chains);
-    std::thread consumer([&] {
-      start.arrive_and_wait();
-      tally = consume_with_del_all(list, producers, this->nodes_);
-    });
-    consumer.join();
-    producers.join();
-
-    EXPECT_EQ(tally.non_empty_batches, producers.was_empty_adds());
-  }
-  EXPECT_EQ(tally.taken, this->nodes_.size());
-  EXPECT_EQ(this->nodes_.taken_other_than(1), 0u);
-  EXPECT_EQ(tally.payload_mismatches, 0u);
-  EXPECT_TRUE(list.empty());
+  this->expect_one_del_all_consumer_takes_every_node_once(publish::in_chains);
 }
 
 TYPED_TEST(LlistStressTest, ConcurrentDelAllConsumersEachTakeDistinctNodes) {
