@@ -30,6 +30,8 @@
 // other memory from a value read here.
 #pragma once
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -51,7 +53,13 @@ namespace detail {
 class shard_index_registry {
  public:
   static shard_index_registry& instance() {
-    static shard_index_registry* const registry = new shard_index_registry;
+    static shard_index_registry* const registry = [] {
+      auto* created = new shard_index_registry;
+      // A fork while another thread holds the mutex would leave it locked in the child.
+      pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
+                     [] { instance().mutex_.unlock(); });
+      return created;
+    }();
     return *registry;
   }
 

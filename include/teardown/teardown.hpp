@@ -6,5 +6,6 @@
 #include "teardown/budget.hpp"
 #include "teardown/counter.hpp"
 #include "teardown/llist.hpp"
+#include "teardown/reaper.hpp"
 #include "teardown/static_key.hpp"
 #include "teardown/trace.hpp"

@@ -1,0 +1,717 @@
+// teardown/reaper.hpp — a dedicated worker thread that tears items down off the caller's path.
+//
+// The kernel's mm_reaper made a component: one thread fed through an llist, woken only on the
+// empty -> non-empty transition, running at nice 19 with an affinity preference for the
+// housekeeping CPUs, freezable between items.
+//
+//     auto reap = [](buffer& b) { delete &b; };                // void(T&); may throw
+//     teardown::reaper<buffer, &buffer::hook, decltype(reap)> reaper(reap, {.name = "buf_reaper"});
+//     reaper.enqueue(*b);                                      // lock-free; returns at once
+//     reaper.flush();                                          // everything enqueued so far is done
+//
+// Who may call what
+//   enqueue              any thread, concurrently. Lock-free. Makes a syscall (one futex wake)
+//                        only when its add found the queue empty AND the worker is asleep. After
+//                        stop(), and in a fork child, it runs fn(item) on the caller instead.
+//   flush, flush_for     any thread but the worker; may block (waits for the worker).
+//   freeze, thaw         any thread but the worker; freeze may block until the worker is parked
+//                        between items. Freezes nest; thaw without freeze throws.
+//   stop                 any thread but the worker; may block (drains, then joins). Idempotent.
+//   stats, stalled       any thread; wait-free snapshots.
+//   fn                   runs on the worker; also on callers after stop(), in a fork child, and
+//                        on a caller that races stop(). It must accept distinct items
+//                        concurrently. Calling flush/freeze/stop from fn is refused with
+//                        std::logic_error (it would wait for itself).
+//
+// No lost wake-up. The worker publishes SLEEPING in a state word with an atomic exchange before
+// it sleeps; a producer whose add found the queue empty sets KICKED with an atomic fetch_or and
+// makes the futex syscall only if it read SLEEPING. All writes to the state word are
+// read-modify-writes, so they are totally ordered and each reads the latest value: either the
+// kick comes first, and the worker's SLEEPING exchange reads KICKED and does not sleep, or the
+// worker's exchange comes first, and the kick reads SLEEPING and wakes it. Items added behind a
+// non-empty queue need no kick, because the kick of the add that made it non-empty covers them.
+// tests/model/reaper_wakeup.pml checks this with the spin model checker.
+//
+// Memory ordering: the queue is an llist (release add, acquire del_all), so fn sees everything a
+// producer wrote to the item before enqueue. The state word's RMWs are acq_rel: a worker that
+// reads KICKED synchronizes with the kicking producer, so its next del_all sees that add.
+// Control requests (flush, freeze, stop) travel under a mutex; a relaxed flag tells the worker
+// to look, and a kick wakes it.
+//
+// Fork: pthread_atfork handlers park every live worker between items across fork(); the parent
+// resumes. In the child the worker does not exist: the reaper turns into its stopped form —
+// enqueue tears down inline, and what was queued (or held by the parked worker) at fork time is
+// torn down by the child's next enqueue, flush, stop or destructor. Nothing deadlocks or is
+// lost. (A child forked from inside fn itself may only exec or _exit.)
+#pragma once
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "teardown/counter.hpp"
+#include "teardown/llist.hpp"
+
+namespace teardown {
+
+enum class drain_order { oldest_first, newest_first };
+enum class sched_policy { other, batch, idle };
+
+struct reaper_options {
+  std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
+  int nice = 19;                                     // applied to the worker thread
+  std::function<void(std::exception_ptr)> on_error{};  // called on the tearing-down thread when fn throws
+  std::vector<int> cpus{};               // affinity preference; empty: the housekeeping CPUs
+                                         // (online minus isolated and nohz_full). The thread
+                                         // may be re-affined later by anyone.
+  sched_policy policy = sched_policy::other;
+  drain_order order = drain_order::oldest_first;
+  std::uint32_t spin_polls = 256;        // polls of the queue before sleeping; 0 = never spin
+  std::chrono::nanoseconds stall_threshold = std::chrono::seconds(1);  // see stalled()
+  std::chrono::nanoseconds yield_after = std::chrono::nanoseconds(0);  // yield the CPU between
+                                         // items once this much time passed since the last
+                                         // yield; 0 = never (cond_resched)
+};
+
+/// Setup steps the worker could not apply: reported in reaper_stats, never fatal.
+enum setup_warning : std::uint32_t {
+  setup_warning_name = 1u << 0,      // pthread_setname_np refused
+  setup_warning_nice = 1u << 1,      // setpriority refused
+  setup_warning_policy = 1u << 2,    // sched_setscheduler refused
+  setup_warning_affinity = 1u << 3,  // sched_setaffinity refused, or no CPU left to prefer
+};
+
+struct reaper_stats {
+  std::uint64_t enqueued = 0;         // enqueue calls
+  std::uint64_t reaped = 0;           // items torn down, by the worker or inline
+  std::uint64_t pending = 0;          // enqueued - reaped (a snapshot; may be briefly stale)
+  std::uint64_t errors = 0;           // fn threw
+  std::uint64_t batches = 0;          // non-empty batches the worker took
+  std::uint64_t inline_reaped = 0;    // items torn down on a caller (after stop, in a fork child)
+  std::uint64_t wakeups = 0;          // futex wakes made by producers
+  std::uint64_t worker_cpu_ns = 0;    // CPU time spent in fn on the worker (per item, summed)
+  std::uint64_t longest_wait_ns = 0;  // longest time from a batch's first enqueue to its take
+  std::uint32_t setup_warnings = 0;   // setup_warning bits
+  bool running = false;               // a worker thread exists
+};
+
+/// Optional CPU accounting (RFC open question 3): if `teardown_cpu_owner(item)` is found by
+/// argument-dependent lookup and returns std::atomic<std::uint64_t>*, the CPU nanoseconds fn
+/// spends on that item are added there. It is called before fn (which may free the item), and
+/// what it returns must outlive the teardown.
+template <class T>
+concept cpu_accounted = requires(T& item) {
+  { teardown_cpu_owner(item) } -> std::convertible_to<std::atomic<std::uint64_t>*>;
+};
+
+namespace detail {
+
+inline std::uint64_t monotonic_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+inline std::uint64_t thread_cpu_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Sleeps while `word` holds `expected`; may return spuriously. Linux: a private futex.
+inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept {
+#if defined(__linux__)
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+#else
+  word.wait(expected, std::memory_order_relaxed);
+#endif
+}
+
+inline void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+#else
+  word.notify_one();
+#endif
+}
+
+// "0-3,8,10-11" -> {0,1,2,3,8,10,11}
+inline std::set<int> parse_cpu_list(const std::string& text) {
+  std::set<int> cpus;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string part = text.substr(at, comma - at);
+    at = comma + 1;
+    if (part.empty() || part[0] < '0' || part[0] > '9') continue;
+    const std::size_t dash = part.find('-');
+    const int first = std::stoi(part.substr(0, dash));
+    const int last = dash == std::string::npos ? first : std::stoi(part.substr(dash + 1));
+    for (int cpu = first; cpu <= last; ++cpu) cpus.insert(cpu);
+  }
+  return cpus;
+}
+
+inline std::string read_first_line(const char* path) {
+  std::ifstream file(path);
+  std::string line;
+  std::getline(file, line);
+  return line;
+}
+
+// The housekeeping CPUs: online, minus isolcpus= and nohz_full=, within this process's mask.
+inline std::vector<int> housekeeping_cpus() {
+  std::set<int> cpus = parse_cpu_list(read_first_line("/sys/devices/system/cpu/online"));
+  for (const char* excluded : {"/sys/devices/system/cpu/isolated", "/sys/devices/system/cpu/nohz_full"}) {
+    for (int cpu : parse_cpu_list(read_first_line(excluded))) cpus.erase(cpu);
+  }
+  std::vector<int> result;
+#if defined(__linux__)
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+    for (int cpu : cpus) {
+      if (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &allowed)) result.push_back(cpu);
+    }
+  }
+#endif
+  return result;
+}
+
+// Every live reaper, for the pthread_atfork handlers.
+class fork_participant {
+ public:
+  virtual void fork_prepare() noexcept = 0;
+  virtual void fork_parent() noexcept = 0;
+  virtual void fork_child() noexcept = 0;
+
+ protected:
+  ~fork_participant() = default;
+};
+
+class fork_registry {
+ public:
+  static fork_registry& instance() {
+    // Never destroyed: a fork may happen while static destructors run.
+    static fork_registry* const registry = [] {
+      auto* created = new fork_registry;
+      pthread_atfork(&prepare, &parent, &child);
+      return created;
+    }();
+    return *registry;
+  }
+
+  void add(fork_participant* participant) {
+    const std::lock_guard lock(mutex_);
+    participants_.insert(participant);
+  }
+  void remove(fork_participant* participant) noexcept {
+    const std::lock_guard lock(mutex_);
+    participants_.erase(participant);
+  }
+
+ private:
+  // The registry stays locked from prepare to parent/child, so no reaper is created or
+  // destroyed across the fork.
+  static void prepare() noexcept {
+    instance().mutex_.lock();
+    for (fork_participant* p : instance().participants_) p->fork_prepare();
+  }
+  static void parent() noexcept {
+    for (fork_participant* p : instance().participants_) p->fork_parent();
+    instance().mutex_.unlock();
+  }
+  static void child() noexcept {
+    for (fork_participant* p : instance().participants_) p->fork_child();
+    instance().mutex_.unlock();
+  }
+
+  std::mutex mutex_;
+  std::set<fork_participant*> participants_;  // guarded by mutex_
+};
+
+}  // namespace detail
+
+template <class T, llist_node T::*Hook, class Fn>
+class reaper final : private detail::fork_participant {
+  static_assert(std::is_invocable_v<Fn&, T&>, "reaper: fn must be callable as fn(T&)");
+
+ public:
+  /// Starts the worker. Throws std::system_error if the thread cannot be created.
+  explicit reaper(Fn fn, reaper_options opts = {}) : fn_(std::move(fn)), opts_(std::move(opts)) {
+    {
+      const std::lock_guard lock(control_mutex_);
+      worker_running_ = true;
+    }
+    detail::fork_registry::instance().add(this);
+    if (const int error = pthread_create(&worker_, nullptr, &reaper::worker_entry, this); error != 0) {
+      detail::fork_registry::instance().remove(this);
+      throw std::system_error(error, std::generic_category(), "teardown::reaper: cannot start the worker");
+    }
+  }
+
+  reaper(const reaper&) = delete;
+  reaper& operator=(const reaper&) = delete;
+
+  /// stop(): drains everything queued, then joins. May block.
+  ~reaper() {
+    if (!on_worker()) stop();
+    detail::fork_registry::instance().remove(this);
+  }
+
+  /// Lock-free; see the header comment. fn's exceptions on the inline path go to on_error.
+  void enqueue(T& item) noexcept {
+    enqueued_.add();
+    // acquire: pairs with the worker's STOPPED exchange, so the inline path below sees the
+    // queue as the worker left it.
+    if (state_.load(std::memory_order_acquire) & stopped_bit) {
+      tear_down_inline(item);
+      drain_inline();  // anything still queued from before (a fork child, a race with stop)
+      return;
+    }
+    if (!queue_.add(item)) return;  // not the first: the kick of the first covers this item
+    oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
+    // acq_rel: release publishes the add to a worker that reads KICKED; acquire pairs with the
+    // worker's STOPPED exchange for the drain below.
+    const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+    if (previous & stopped_bit) {
+      drain_inline();  // the worker is gone and may not have seen this item
+    } else if (previous & sleeping_bit) {
+      wakeups_.fetch_add(1, std::memory_order_relaxed);
+      detail::futex_wake_one(state_);
+    }
+  }
+
+  /// Blocks until every item enqueued before the call has been torn down. Producers adding
+  /// meanwhile cannot starve it: it waits for at most the batch in progress and the next one.
+  void flush() { (void)flush_until(std::chrono::steady_clock::time_point::max()); }
+
+  /// flush() with a time limit: true if the flush completed in time.
+  template <class Rep, class Period>
+  bool flush_for(std::chrono::duration<Rep, Period> timeout) {
+    return flush_until(std::chrono::steady_clock::now() + timeout);
+  }
+
+  /// Returns once the worker is parked between items (or gone). Freezes nest. May block.
+  void freeze() {
+    refuse_on_worker("freeze");
+    std::unique_lock lock(control_mutex_);
+    ++freeze_depth_;
+    request_locked();
+    lock.unlock();
+    kick();
+    lock.lock();
+    control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_ || stop_requested_; });
+  }
+
+  /// Undoes one freeze(). Throws std::logic_error, changing nothing, without a matching freeze.
+  void thaw() {
+    std::unique_lock lock(control_mutex_);
+    if (freeze_depth_ == 0) throw std::logic_error("teardown::reaper::thaw: the reaper is not frozen");
+    --freeze_depth_;
+    control_changed_.notify_all();
+  }
+
+  /// Drains everything queued, then joins the worker; afterwards enqueue runs fn inline.
+  /// Idempotent. May block. Refused (std::logic_error) on the worker itself.
+  void stop() {
+    refuse_on_worker("stop");
+    std::unique_lock lock(control_mutex_);
+    if (worker_running_ && !stop_requested_) {
+      stop_requested_ = true;
+      request_locked();
+      lock.unlock();
+      kick();
+      if (const int error = pthread_join(worker_, nullptr); error != 0) std::terminate();
+      lock.lock();
+      worker_running_ = false;
+      control_changed_.notify_all();
+    } else {
+      control_changed_.wait(lock, [&] { return !worker_running_; });
+    }
+    lock.unlock();
+    drain_inline();  // a fork child, or items whose producers raced the end of the worker
+  }
+
+  /// True when the oldest queued item has waited longer than the stall threshold (approximate:
+  /// the time is taken on the add that found the queue empty). A composition tears down inline
+  /// while the worker is stalled.
+  bool stalled() const noexcept {
+    const std::uint64_t since = oldest_enqueue_ns_.load(std::memory_order_relaxed);
+    if (since == 0 || queue_.empty()) return false;
+    const std::uint64_t now = detail::monotonic_ns();
+    return now > since && now - since > static_cast<std::uint64_t>(opts_.stall_threshold.count());
+  }
+
+  /// Wait-free snapshot; counters are read one by one.
+  reaper_stats stats() const noexcept {
+    reaper_stats s;
+    s.enqueued = enqueued_.read();
+    s.reaped = reaped_.load(std::memory_order_relaxed);
+    s.pending = s.enqueued > s.reaped ? s.enqueued - s.reaped : 0;
+    s.errors = errors_.load(std::memory_order_relaxed);
+    s.batches = batches_.load(std::memory_order_relaxed);
+    s.inline_reaped = inline_reaped_.load(std::memory_order_relaxed);
+    s.wakeups = wakeups_.load(std::memory_order_relaxed);
+    s.worker_cpu_ns = worker_cpu_ns_.load(std::memory_order_relaxed);
+    s.longest_wait_ns = longest_wait_ns_.load(std::memory_order_relaxed);
+    s.setup_warnings = setup_warnings_.load(std::memory_order_relaxed);
+    s.running = (state_.load(std::memory_order_relaxed) & stopped_bit) == 0;
+    return s;
+  }
+
+ private:
+  static constexpr std::uint32_t sleeping_bit = 1;
+  static constexpr std::uint32_t kicked_bit = 2;
+  static constexpr std::uint32_t stopped_bit = 4;
+
+  // ---- the worker -----------------------------------------------------------------------------
+
+  static void* worker_entry(void* self) {
+    static_cast<reaper*>(self)->worker_main();
+    return nullptr;
+  }
+
+  void worker_main() noexcept {
+    worker_thread_ = pthread_self();
+    worker_known_.store(true, std::memory_order_release);  // pairs with the acquire in on_worker
+    apply_setup();
+    std::uint64_t flush_target = 0;
+    for (;;) {
+      if (control_requested_.load(std::memory_order_relaxed)) {
+        if (!take_control_requests(flush_target)) break;
+      }
+      in_flight_ = queue_.del_all();
+      const bool took = !in_flight_.empty();
+      if (took) run_in_flight();
+      if (flush_target != 0) complete_flush(std::exchange(flush_target, 0));
+      if (took || spin_found_work()) continue;
+      sleep_until_kicked();
+    }
+    // Stop: drain, announce STOPPED, then take what producers added before seeing it.
+    drain_on_worker();
+    // acq_rel: acquire pairs with every producer's kick before ours (their adds are then
+    // visible to the drain below); release pairs with enqueue's acquire loads.
+    (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
+    drain_on_worker();
+  }
+
+  void apply_setup() noexcept {
+    std::uint32_t warnings = 0;
+#if defined(__linux__)
+    const std::string name = opts_.name.substr(0, 15);
+    if (pthread_setname_np(pthread_self(), name.c_str()) != 0) warnings |= setup_warning_name;
+    const int policy = opts_.policy == sched_policy::batch  ? SCHED_BATCH
+                       : opts_.policy == sched_policy::idle ? SCHED_IDLE
+                                                            : SCHED_OTHER;
+    sched_param param{};
+    if (sched_setscheduler(0, policy, &param) != 0) warnings |= setup_warning_policy;
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), opts_.nice) != 0) warnings |= setup_warning_nice;
+    std::vector<int> cpus = opts_.cpus;
+    try {
+      if (cpus.empty()) cpus = detail::housekeeping_cpus();
+    } catch (...) {
+      cpus.clear();
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : cpus) {
+      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+    }
+    if (CPU_COUNT(&set) == 0 || sched_setaffinity(0, sizeof set, &set) != 0) warnings |= setup_warning_affinity;
+#endif
+    setup_warnings_.store(warnings, std::memory_order_relaxed);
+  }
+
+  // Runs the batch held in in_flight_, with a checkpoint after each item.
+  void run_in_flight() noexcept {
+    batches_.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t since = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);
+    if (since != 0) {
+      const std::uint64_t now = detail::monotonic_ns();
+      if (now > since && now - since > longest_wait_ns_.load(std::memory_order_relaxed)) {
+        longest_wait_ns_.store(now - since, std::memory_order_relaxed);  // the worker is the only writer
+      }
+    }
+    if (opts_.order == drain_order::oldest_first) in_flight_ = std::move(in_flight_).reverse();
+    while (T* item = in_flight_.pop_front()) {
+      tear_down(*item, /*on_worker=*/true);
+      checkpoint();
+    }
+  }
+
+  // Between items: honour a freeze, and yield if the yield policy says so.
+  void checkpoint() noexcept {
+    if (opts_.yield_after.count() > 0) {
+      const std::uint64_t now = detail::monotonic_ns();
+      if (now - last_yield_ns_ > static_cast<std::uint64_t>(opts_.yield_after.count())) {
+        sched_yield();
+        last_yield_ns_ = detail::monotonic_ns();
+      }
+    }
+    if (control_requested_.load(std::memory_order_relaxed)) {
+      std::unique_lock lock(control_mutex_);
+      park_while_frozen(lock);
+    }
+  }
+
+  void park_while_frozen(std::unique_lock<std::mutex>& lock) noexcept {
+    while (freeze_depth_ > 0 && !stop_requested_) {
+      worker_parked_ = true;
+      control_changed_.notify_all();
+      control_changed_.wait(lock);
+    }
+    worker_parked_ = false;
+  }
+
+  // Returns false when the worker must stop. Sets flush_target to the flush ticket this
+  // iteration's del_all will satisfy.
+  bool take_control_requests(std::uint64_t& flush_target) noexcept {
+    std::unique_lock lock(control_mutex_);
+    park_while_frozen(lock);
+    if (stop_requested_) return false;
+    if (flush_requested_ > flush_completed_) flush_target = flush_requested_;
+    control_requested_.store(false, std::memory_order_relaxed);  // under control_mutex_
+    return true;
+  }
+
+  void complete_flush(std::uint64_t ticket) noexcept {
+    const std::lock_guard lock(control_mutex_);
+    flush_completed_ = std::max(flush_completed_, ticket);
+    control_changed_.notify_all();
+  }
+
+  bool spin_found_work() const noexcept {
+    for (std::uint32_t poll = 0; poll < opts_.spin_polls; ++poll) {
+      if (!queue_.empty() || control_requested_.load(std::memory_order_relaxed)) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    return false;
+  }
+
+  void sleep_until_kicked() noexcept {
+    // acq_rel: acquire pairs with a producer's kick (its add is then visible to our next
+    // del_all); release lets a later kick's acquire see our state.
+    std::uint32_t previous = state_.exchange(sleeping_bit, std::memory_order_acq_rel);
+    if (!(previous & kicked_bit)) {
+      // Sleeps only while the word still says SLEEPING; a kick changes it first.
+      while (state_.load(std::memory_order_relaxed) == sleeping_bit) detail::futex_wait(state_, sleeping_bit);
+    }
+    // acq_rel: reading KICKED (set before or while we slept) synchronizes with that producer.
+    previous = state_.exchange(0, std::memory_order_acq_rel);
+    (void)previous;
+  }
+
+  void drain_on_worker() noexcept {
+    for (;;) {
+      in_flight_ = queue_.del_all();
+      if (in_flight_.empty()) return;
+      run_in_flight();
+    }
+  }
+
+  // ---- tearing down -------------------------------------------------------------------------
+
+  void tear_down(T& item, bool on_worker) noexcept {
+    std::atomic<std::uint64_t>* owner = nullptr;
+    if constexpr (cpu_accounted<T>) owner = teardown_cpu_owner(item);
+    const std::uint64_t cpu_before = detail::thread_cpu_ns();
+    try {
+      fn_(item);  // may free item
+    } catch (...) {
+      errors_.fetch_add(1, std::memory_order_relaxed);
+      if (opts_.on_error) {
+        try {
+          opts_.on_error(std::current_exception());
+        } catch (...) {  // on_error's own failure must not take the backlog down with it
+        }
+      }
+    }
+    const std::uint64_t cpu_ns = detail::thread_cpu_ns() - cpu_before;
+    if (owner != nullptr) owner->fetch_add(cpu_ns, std::memory_order_relaxed);
+    if (on_worker) {
+      worker_cpu_ns_.fetch_add(cpu_ns, std::memory_order_relaxed);
+    } else {
+      inline_reaped_.fetch_add(1, std::memory_order_relaxed);
+    }
+    reaped_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void tear_down_inline(T& item) noexcept { tear_down(item, /*on_worker=*/false); }
+
+  // On a caller: takes whatever is queued (each node goes to exactly one taker) and tears it
+  // down here, oldest first.
+  void drain_inline() noexcept {
+    for (;;) {
+      auto batch = queue_.del_all();
+      if (batch.empty()) return;
+      for (T& item : std::move(batch).reverse()) tear_down_inline(item);
+    }
+  }
+
+  // ---- control plane ------------------------------------------------------------------------
+
+  // Under control_mutex_: tell the worker to look at the requests.
+  void request_locked() noexcept { control_requested_.store(true, std::memory_order_relaxed); }
+
+  void kick() noexcept {
+    // acq_rel for the same reasons as in enqueue.
+    if (state_.fetch_or(kicked_bit, std::memory_order_acq_rel) & sleeping_bit) detail::futex_wake_one(state_);
+  }
+
+  bool flush_until(std::chrono::steady_clock::time_point deadline) {
+    refuse_on_worker("flush");
+    std::unique_lock lock(control_mutex_);
+    if (!worker_running_ || stop_requested_) {
+      // Stopped, or stopping: the stop drains everything; wait for it, then take what raced it.
+      const auto gone = [&] { return !worker_running_; };
+      bool done = true;
+      if (deadline == std::chrono::steady_clock::time_point::max()) {
+        control_changed_.wait(lock, gone);
+      } else {
+        done = control_changed_.wait_until(lock, deadline, gone);
+      }
+      lock.unlock();
+      if (done) drain_inline();
+      return done;
+    }
+    const std::uint64_t ticket = ++flush_requested_;
+    request_locked();
+    lock.unlock();
+    kick();
+    lock.lock();
+    const auto done = [&] { return flush_completed_ >= ticket || !worker_running_; };
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      control_changed_.wait(lock, done);
+      return true;
+    }
+    return control_changed_.wait_until(lock, deadline, done);
+  }
+
+  bool on_worker() const noexcept {
+    // acquire: pairs with the release in worker_main, so worker_thread_ is readable.
+    return worker_known_.load(std::memory_order_acquire) && pthread_equal(worker_thread_, pthread_self());
+  }
+
+  void refuse_on_worker(const char* operation) const {
+    if (on_worker()) {
+      throw std::logic_error(std::string("teardown::reaper::") + operation +
+                             ": called from the reaper's own worker (fn); it would wait for itself");
+    }
+  }
+
+  // ---- fork ---------------------------------------------------------------------------------
+
+  void fork_prepare() noexcept override {
+    forking_parked_ = false;
+    if (!on_worker()) {
+      std::unique_lock lock(control_mutex_);
+      if (worker_running_ && !stop_requested_) {
+        ++freeze_depth_;
+        request_locked();
+        lock.unlock();
+        kick();
+        lock.lock();
+        control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_; });
+        forking_parked_ = true;
+      }
+      lock.release();  // stays locked across fork(); parent/child unlock it
+    }
+  }
+
+  void fork_parent() noexcept override {
+    if (on_worker()) return;
+    if (forking_parked_) {
+      --freeze_depth_;
+      control_changed_.notify_all();
+    }
+    control_mutex_.unlock();
+  }
+
+  void fork_child() noexcept override {
+    if (on_worker()) {
+      // fork() from inside fn: the child's only thread is a copy of the worker in the middle
+      // of fn. Such a child may only exec or _exit; enqueue there tears down inline.
+      state_.store(stopped_bit, std::memory_order_relaxed);
+      return;
+    }
+    // Single-threaded here. The worker does not exist in the child: become the stopped form.
+    // Items the parked worker still held are queued again so the child tears them down.
+    worker_running_ = false;
+    worker_parked_ = false;
+    freeze_depth_ = 0;
+    stop_requested_ = true;
+    worker_known_.store(false, std::memory_order_relaxed);
+    while (T* item = in_flight_.pop_front()) queue_.add(*item);
+    state_.store(stopped_bit, std::memory_order_relaxed);
+    control_mutex_.unlock();
+  }
+
+  Fn fn_;
+  const reaper_options opts_;
+  llist<T, Hook> queue_;
+  std::atomic<std::uint32_t> state_{0};  // sleeping_bit | kicked_bit | stopped_bit; RMWs only,
+                                         // except single-threaded stores in a fork child
+
+  // Owned by the worker (and by the fork child handler, single-threaded).
+  llist_batch<T, Hook> in_flight_;
+  std::uint64_t last_yield_ns_ = 0;
+  pthread_t worker_{};
+  pthread_t worker_thread_{};
+  std::atomic<bool> worker_known_{false};
+
+  // Control plane: guarded by control_mutex_.
+  std::mutex control_mutex_;
+  std::condition_variable control_changed_;
+  std::atomic<bool> control_requested_{false};  // written under control_mutex_; read as a hint
+  bool worker_running_ = false;
+  bool worker_parked_ = false;
+  bool stop_requested_ = false;
+  bool forking_parked_ = false;
+  std::uint64_t freeze_depth_ = 0;
+  std::uint64_t flush_requested_ = 0;
+  std::uint64_t flush_completed_ = 0;
+
+  // Statistics (relaxed: they publish nothing).
+  sharded_counter enqueued_;
+  std::atomic<std::uint64_t> oldest_enqueue_ns_{0};
+  std::atomic<std::uint64_t> reaped_{0};
+  std::atomic<std::uint64_t> errors_{0};
+  std::atomic<std::uint64_t> batches_{0};
+  std::atomic<std::uint64_t> inline_reaped_{0};
+  std::atomic<std::uint64_t> wakeups_{0};
+  std::atomic<std::uint64_t> worker_cpu_ns_{0};
+  std::atomic<std::uint64_t> longest_wait_ns_{0};
+  std::atomic<std::uint32_t> setup_warnings_{0};
+};
+
+}  // namespace teardown
