@@ -30,4 +30,4 @@ ensure_packages() {
 # the test build too, so that they keep compiling.
 build_packages=(cmake ninja-build g++ pkg-config libatomic-ops-dev systemtap-sdt-dev)
 test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev
-               libboost-dev libck-dev liburcu-dev)
+               libboost-dev libck-dev liburcu-dev spin)

@@ -9,7 +9,7 @@
 //     reaper.enqueue(*b);                                      // lock-free; returns at once
 //     reaper.flush();                                          // everything enqueued so far is done
 //
-// Who may call what
+// Who may call what (the reaper must outlive every call, enqueue included)
 //   enqueue              any thread, concurrently. Lock-free. Makes a syscall (one futex wake)
 //                        only when its add found the queue empty AND the worker is asleep. After
 //                        stop(), and in a fork child, it runs fn(item) on the caller instead.
@@ -415,8 +415,9 @@ class reaper final : private detail::fork_participant {
       if (took || spin_found_work()) continue;
       sleep_until_kicked();
     }
-    // Stop: drain, announce STOPPED, then take what producers added before seeing it.
-    drain_on_worker();
+    // Stop: announce STOPPED first, then drain. A producer whose kick comes after the exchange
+    // reads STOPPED and drains on its own thread, so the drain below ends even while
+    // producers keep adding (draining first could be kept busy for ever).
     // acq_rel: acquire pairs with every producer's kick before ours (their adds are then
     // visible to the drain below); release pairs with enqueue's acquire loads.
     (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
