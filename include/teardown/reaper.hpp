@@ -21,7 +21,9 @@
 //   fn                   runs on the worker; also on callers after stop(), in a fork child, and
 //                        on a caller that races stop(). It must accept distinct items
 //                        concurrently. Calling flush/freeze/stop from fn is refused with
-//                        std::logic_error (it would wait for itself).
+//                        std::logic_error (it would wait for itself). fn must not construct or
+//                        destroy a reaper: a fork() on another thread waits for fn to finish
+//                        while it holds the registry of live reapers.
 //
 // No lost wake-up. The worker publishes SLEEPING in a state word with an atomic exchange before
 // it sleeps; a producer whose add found the queue empty sets KICKED with an atomic fetch_or and
@@ -67,6 +69,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <new>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -222,6 +225,10 @@ class fork_registry {
     // Never destroyed: a fork may happen while static destructors run.
     static fork_registry* const registry = [] {
       auto* created = new fork_registry;
+      // Prepare handlers run in reverse order of registration: registering after the shard
+      // registry makes ours run first, parking the workers before its mutex is taken (fn may
+      // need it: a thread's first enqueue takes it).
+      (void)shard_index_registry::instance();
       pthread_atfork(&prepare, &parent, &child);
       return created;
     }();
@@ -347,10 +354,12 @@ class reaper final : private detail::fork_participant {
     if (worker_running_ && !stop_requested_) {
       stop_requested_ = true;
       request_locked();
+      control_changed_.notify_all();  // a worker parked by a freeze: stop overrides it
       lock.unlock();
       kick();
       if (const int error = pthread_join(worker_, nullptr); error != 0) std::terminate();
       lock.lock();
+      worker_known_.store(false, std::memory_order_relaxed);  // its pthread_t may be reused
       worker_running_ = false;
       control_changed_.notify_all();
     } else {
@@ -484,7 +493,9 @@ class reaper final : private detail::fork_participant {
   }
 
   void park_while_frozen(std::unique_lock<std::mutex>& lock) noexcept {
-    while (freeze_depth_ > 0 && !stop_requested_) {
+    // A fork parks the worker even while it drains for stop(): the child must not copy an item
+    // in the middle of fn.
+    while ((freeze_depth_ > 0 && !stop_requested_) || fork_parking_) {
       worker_parked_ = true;
       control_changed_.notify_all();
       control_changed_.wait(lock);
@@ -633,17 +644,17 @@ class reaper final : private detail::fork_participant {
   // ---- fork ---------------------------------------------------------------------------------
 
   void fork_prepare() noexcept override {
-    forking_parked_ = false;
     if (!on_worker()) {
       std::unique_lock lock(control_mutex_);
-      if (worker_running_ && !stop_requested_) {
-        ++freeze_depth_;
+      if (worker_running_) {
+        fork_parking_ = true;
         request_locked();
+        control_changed_.notify_all();
         lock.unlock();
         kick();
         lock.lock();
+        // Parked between items, or gone (a stop() that was joining it has finished).
         control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_; });
-        forking_parked_ = true;
       }
       lock.release();  // stays locked across fork(); parent/child unlock it
     }
@@ -651,10 +662,8 @@ class reaper final : private detail::fork_participant {
 
   void fork_parent() noexcept override {
     if (on_worker()) return;
-    if (forking_parked_) {
-      --freeze_depth_;
-      control_changed_.notify_all();
-    }
+    fork_parking_ = false;
+    control_changed_.notify_all();
     control_mutex_.unlock();
   }
 
@@ -669,11 +678,15 @@ class reaper final : private detail::fork_participant {
     // Items the parked worker still held are queued again so the child tears them down.
     worker_running_ = false;
     worker_parked_ = false;
+    fork_parking_ = false;
     freeze_depth_ = 0;
     stop_requested_ = true;
     worker_known_.store(false, std::memory_order_relaxed);
     while (T* item = in_flight_.pop_front()) queue_.add(*item);
     state_.store(stopped_bit, std::memory_order_relaxed);
+    // The parked worker was a waiter on control_changed_; it does not exist here, and glibc's
+    // pthread_cond_destroy would wait for it forever. Start over with a fresh one.
+    new (&control_changed_) std::condition_variable;
     control_mutex_.unlock();
   }
 
@@ -697,7 +710,7 @@ class reaper final : private detail::fork_participant {
   bool worker_running_ = false;
   bool worker_parked_ = false;
   bool stop_requested_ = false;
-  bool forking_parked_ = false;
+  bool fork_parking_ = false;  // between fork_prepare and fork_parent/child
   std::uint64_t freeze_depth_ = 0;
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
