@@ -118,7 +118,7 @@ struct reaper_stats {
   std::uint64_t batches = 0;          // non-empty batches the worker took
   std::uint64_t inline_reaped = 0;    // items torn down on a caller (after stop, in a fork child)
   std::uint64_t wakeups = 0;          // futex wakes made by producers
-  std::uint64_t worker_cpu_ns = 0;    // CPU time spent in fn on the worker (per item, summed)
+  std::uint64_t worker_cpu_ns = 0;    // the worker thread's CPU time (polling included)
   std::uint64_t longest_wait_ns = 0;  // longest time from a batch's first enqueue to its take
   std::uint32_t setup_warnings = 0;   // setup_warning bits
   bool running = false;               // a worker thread exists
@@ -389,7 +389,7 @@ class reaper final : private detail::fork_participant {
     s.batches = batches_.load(std::memory_order_relaxed);
     s.inline_reaped = inline_reaped_.load(std::memory_order_relaxed);
     s.wakeups = wakeups_.load(std::memory_order_relaxed);
-    s.worker_cpu_ns = worker_cpu_ns_.load(std::memory_order_relaxed);
+    s.worker_cpu_ns = worker_cpu_ns();
     s.longest_wait_ns = longest_wait_ns_.load(std::memory_order_relaxed);
     s.setup_warnings = setup_warnings_.load(std::memory_order_relaxed);
     s.running = (state_.load(std::memory_order_relaxed) & stopped_bit) == 0;
@@ -400,6 +400,20 @@ class reaper final : private detail::fork_participant {
   static constexpr std::uint32_t sleeping_bit = 1;
   static constexpr std::uint32_t kicked_bit = 2;
   static constexpr std::uint32_t stopped_bit = 4;
+
+  // The worker thread's whole CPU time: read from its CPU clock while it runs (no cost on the
+  // worker), its own final reading once it has exited, 0 in a fork child that never had one.
+  std::uint64_t worker_cpu_ns() const noexcept {
+    // acquire: pairs with the release stores in worker_main.
+    if (!worker_exited_.load(std::memory_order_acquire) && worker_known_.load(std::memory_order_acquire)) {
+      clockid_t clock{};
+      timespec ts{};
+      if (pthread_getcpuclockid(worker_thread_, &clock) == 0 && clock_gettime(clock, &ts) == 0) {
+        return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+      }
+    }
+    return worker_cpu_ns_.load(std::memory_order_relaxed);
+  }
 
   // ---- the worker -----------------------------------------------------------------------------
 
@@ -431,6 +445,9 @@ class reaper final : private detail::fork_participant {
     // visible to the drain below); release pairs with enqueue's acquire loads.
     (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
     drain_on_worker();
+    worker_cpu_ns_.store(detail::thread_cpu_ns(), std::memory_order_relaxed);
+    // release: pairs with the acquire in stats(), which then reads the final figure.
+    worker_exited_.store(true, std::memory_order_release);
   }
 
   void apply_setup() noexcept {
@@ -553,10 +570,15 @@ class reaper final : private detail::fork_participant {
 
   // ---- tearing down -------------------------------------------------------------------------
 
+  // CLOCK_THREAD_CPUTIME_ID is a real syscall (no vDSO), so items are timed one by one only
+  // when their type asks to be charged; the worker's total is read by stats() instead.
   void tear_down(T& item, bool on_worker) noexcept {
     std::atomic<std::uint64_t>* owner = nullptr;
-    if constexpr (cpu_accounted<T>) owner = teardown_cpu_owner(item);
-    const std::uint64_t cpu_before = detail::thread_cpu_ns();
+    std::uint64_t cpu_before = 0;
+    if constexpr (cpu_accounted<T>) {
+      owner = teardown_cpu_owner(item);
+      cpu_before = detail::thread_cpu_ns();
+    }
     try {
       fn_(item);  // may free item
     } catch (...) {
@@ -568,13 +590,10 @@ class reaper final : private detail::fork_participant {
         }
       }
     }
-    const std::uint64_t cpu_ns = detail::thread_cpu_ns() - cpu_before;
-    if (owner != nullptr) owner->fetch_add(cpu_ns, std::memory_order_relaxed);
-    if (on_worker) {
-      worker_cpu_ns_.fetch_add(cpu_ns, std::memory_order_relaxed);
-    } else {
-      inline_reaped_.fetch_add(1, std::memory_order_relaxed);
+    if constexpr (cpu_accounted<T>) {
+      if (owner != nullptr) owner->fetch_add(detail::thread_cpu_ns() - cpu_before, std::memory_order_relaxed);
     }
+    if (!on_worker) inline_reaped_.fetch_add(1, std::memory_order_relaxed);
     reaped_.fetch_add(1, std::memory_order_relaxed);
   }
 
@@ -690,21 +709,38 @@ class reaper final : private detail::fork_participant {
     control_mutex_.unlock();
   }
 
+  // Cache lines are grouped by who writes them, so the worker's per-item writes do not take
+  // the producers' line away from them and the other way round.
+
+  // Read-mostly.
   Fn fn_;
   const reaper_options opts_;
-  llist<T, Hook> queue_;
-  std::atomic<std::uint32_t> state_{0};  // sleeping_bit | kicked_bit | stopped_bit; RMWs only,
-                                         // except single-threaded stores in a fork child
-
-  // Owned by the worker (and by the fork child handler, single-threaded).
-  llist_batch<T, Hook> in_flight_;
-  std::uint64_t last_yield_ns_ = 0;
+  sharded_counter enqueued_;  // its shards live on lines of their own
   pthread_t worker_{};
   pthread_t worker_thread_{};
   std::atomic<bool> worker_known_{false};
+  std::atomic<bool> worker_exited_{false};
+  std::atomic<std::uint32_t> setup_warnings_{0};
+
+  // Written by producers (and by the worker when it sleeps and wakes).
+  alignas(64) llist<T, Hook> queue_;
+  std::atomic<std::uint32_t> state_{0};  // sleeping_bit | kicked_bit | stopped_bit; RMWs only,
+                                         // except single-threaded stores in a fork child
+  std::atomic<std::uint64_t> oldest_enqueue_ns_{0};
+  std::atomic<std::uint64_t> wakeups_{0};
+
+  // Written by the worker for every item (and by the fork child handler, single-threaded).
+  alignas(64) llist_batch<T, Hook> in_flight_;
+  std::uint64_t last_yield_ns_ = 0;
+  std::atomic<std::uint64_t> reaped_{0};  // also by callers tearing down inline
+  std::atomic<std::uint64_t> batches_{0};
+  std::atomic<std::uint64_t> worker_cpu_ns_{0};
+  std::atomic<std::uint64_t> longest_wait_ns_{0};
+  std::atomic<std::uint64_t> errors_{0};
+  std::atomic<std::uint64_t> inline_reaped_{0};
 
   // Control plane: guarded by control_mutex_.
-  std::mutex control_mutex_;
+  alignas(64) std::mutex control_mutex_;
   std::condition_variable control_changed_;
   std::atomic<bool> control_requested_{false};  // written under control_mutex_; read as a hint
   bool worker_running_ = false;
@@ -714,18 +750,6 @@ class reaper final : private detail::fork_participant {
   std::uint64_t freeze_depth_ = 0;
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
-
-  // Statistics (relaxed: they publish nothing).
-  sharded_counter enqueued_;
-  std::atomic<std::uint64_t> oldest_enqueue_ns_{0};
-  std::atomic<std::uint64_t> reaped_{0};
-  std::atomic<std::uint64_t> errors_{0};
-  std::atomic<std::uint64_t> batches_{0};
-  std::atomic<std::uint64_t> inline_reaped_{0};
-  std::atomic<std::uint64_t> wakeups_{0};
-  std::atomic<std::uint64_t> worker_cpu_ns_{0};
-  std::atomic<std::uint64_t> longest_wait_ns_{0};
-  std::atomic<std::uint32_t> setup_warnings_{0};
 };
 
 }  // namespace teardown
