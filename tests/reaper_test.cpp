@@ -39,25 +39,18 @@
 #include <utility>
 #include <vector>
 
+#include "reaper_test_support.hpp"
 #include "test_support.hpp"
 
 namespace teardown_test {
 namespace {
 
+using namespace reaper_support;
+
 using namespace std::chrono_literals;
 using teardown::drain_order;
 using teardown::llist_node;
 using teardown::reaper_options;
-
-// An item: its id and how many times fn tore it down.
-struct job {
-  llist_node hook;
-  std::size_t id = 0;
-  std::atomic<int> runs{0};
-};
-
-using job_fn = std::function<void(job&)>;
-using job_reaper = teardown::reaper<job, &job::hook, job_fn>;
 
 static_assert(!std::is_copy_constructible_v<job_reaper> && !std::is_copy_assignable_v<job_reaper>);
 static_assert(noexcept(std::declval<job_reaper&>().enqueue(std::declval<job&>())), "enqueue is noexcept");
@@ -65,68 +58,6 @@ static_assert(noexcept(std::declval<const job_reaper&>().stats()));
 static_assert(noexcept(std::declval<const job_reaper&>().stalled()));
 static_assert(!teardown::cpu_accounted<job>, "job has no teardown_cpu_owner");
 
-std::vector<job> make_jobs(std::size_t count) {
-  std::vector<job> jobs(count);
-  for (std::size_t i = 0; i < count; ++i) jobs[i].id = i;
-  return jobs;
-}
-
-// fn that only counts.
-job_fn counting() {
-  return [](job& j) { j.runs.fetch_add(1, std::memory_order_relaxed); };
-}
-
-// How many of `jobs` ran exactly once; the rest ran never or more than once.
-std::size_t ran_exactly_once(const std::vector<job>& jobs) {
-  return static_cast<std::size_t>(std::count_if(
-      jobs.begin(), jobs.end(), [](const job& j) { return j.runs.load(std::memory_order_relaxed) == 1; }));
-}
-
-int total_runs(const std::vector<job>& jobs) {
-  int total = 0;
-  for (const job& j : jobs) total += j.runs.load(std::memory_order_relaxed);
-  return total;
-}
-
-pid_t current_tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
-
-// Aborts the process with a clear message if the test has not finished after `limit`: a guard
-// against hangs (a lost wake-up, a deadlock), not a time assertion. Every test finishes in
-// seconds; the limit is generous even under ThreadSanitizer on a loaded machine.
-class hang_guard {
- public:
-  explicit hang_guard(std::string what, std::chrono::seconds limit = 60s)
-      : thread_([this, what = std::move(what), limit] {
-          std::unique_lock lock(mutex_);
-          if (!finished_changed_.wait_for(lock, limit, [this] { return finished_; })) {
-            std::fprintf(stderr, "\nHANG: %s has not finished after %lld s: a lost wake-up or a deadlock. Aborting.\n",
-                         what.c_str(), static_cast<long long>(limit.count()));
-            std::fflush(stderr);
-            std::abort();
-          }
-        }) {}
-  hang_guard(const hang_guard&) = delete;
-  hang_guard& operator=(const hang_guard&) = delete;
-  ~hang_guard() {
-    {
-      const std::lock_guard lock(mutex_);
-      finished_ = true;
-    }
-    finished_changed_.notify_one();
-    thread_.join();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable finished_changed_;
-  bool finished_ = false;
-  std::thread thread_;
-};
-
-std::string current_test_name() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return std::string(info->test_suite_name()) + "." + info->name();
-}
 
 // Every test runs under a hang guard.
 class ReaperTest : public ::testing::Test {
