@@ -305,17 +305,9 @@ TEST_F(ReaperForkTest, ForkWaitsForTheItemInFlightAndTheChildTearsDownTheRestOfT
   auto batch = make_jobs(20);
   std::latch release(1);
   std::atomic<bool> started{false};
-  job_reaper reaper([&](job& j) {
-    if (j.id == 0) {
-      started.store(true);
-      release.wait();
-    }
-    j.runs.fetch_add(1, std::memory_order_relaxed);
-  });
-  reaper.freeze();
-  for (job& j : batch) reaper.enqueue(j);
-  reaper.thaw();  // one batch of 20; item 0 blocks
-  while (!started.load()) std::this_thread::yield();
+  job_reaper reaper(first_item_blocks(release, started));
+  enqueue_as_one_batch(reaper, batch);  // one batch of 20; item 0 blocks
+  wait_until(started);
 
   std::atomic<pid_t> forker_tid{0};
   pid_t child = -1;
@@ -361,7 +353,7 @@ TEST_F(ReaperForkTest, ForkWaitingForAnItemWhoseFnEnqueuesDoesNotDeadlock) {
   });
   self = &reaper;
   reaper.enqueue(jobs[0]);
-  while (!started.load()) std::this_thread::yield();
+  wait_until(started);
 
   std::atomic<pid_t> forker_tid{0};
   pid_t child = -1;

@@ -301,7 +301,7 @@ TEST_F(ReaperTest, FreezeWaitsForTheItemInFlightToFinish) {
     finished.store(true);
   });
   reaper.enqueue(jobs[0]);
-  while (!started.load()) std::this_thread::yield();
+  wait_until(started);
 
   std::atomic<bool> freeze_returned{false};
   std::atomic<bool> finished_when_freeze_returned{false};
@@ -336,17 +336,9 @@ TEST_F(ReaperTest, WorkerFrozenInTheMiddleOfABatchRunsNothingMoreUntilThaw) {
   auto jobs = make_jobs(20);
   std::latch release(1);
   std::atomic<bool> started{false};
-  job_reaper reaper([&](job& j) {
-    if (j.id == 0) {
-      started.store(true);
-      release.wait();
-    }
-    j.runs.fetch_add(1, std::memory_order_relaxed);
-  });
-  reaper.freeze();
-  for (job& j : jobs) reaper.enqueue(j);
-  reaper.thaw();  // one batch of 20; item 0 blocks
-  while (!started.load()) std::this_thread::yield();
+  job_reaper reaper(first_item_blocks(release, started));
+  enqueue_as_one_batch(reaper, jobs);  // one batch of 20; item 0 blocks
+  wait_until(started);
   std::thread freezer([&] { reaper.freeze(); });
   std::this_thread::sleep_for(20ms);  // lets the freeze request arrive while item 0 runs
   release.count_down();
@@ -526,17 +518,9 @@ TEST_F(ReaperTest, StopOverridesAFreezeThatParkedTheWorkerMidBatch) {
   auto jobs = make_jobs(20);
   std::latch release(1);
   std::atomic<bool> started{false};
-  job_reaper reaper([&](job& j) {
-    if (j.id == 0) {
-      started.store(true);
-      release.wait();
-    }
-    j.runs.fetch_add(1, std::memory_order_relaxed);
-  });
-  reaper.freeze();
-  for (job& j : jobs) reaper.enqueue(j);
-  reaper.thaw();
-  while (!started.load()) std::this_thread::yield();
+  job_reaper reaper(first_item_blocks(release, started));
+  enqueue_as_one_batch(reaper, jobs);
+  wait_until(started);
   std::thread freezer([&] { reaper.freeze(); });
   std::this_thread::sleep_for(20ms);
   release.count_down();
@@ -560,15 +544,9 @@ TEST_F(ReaperTest, ConcurrentStopsBothReturnOnlyAfterTheDrain) {
   auto jobs = make_jobs(50);
   std::latch release(1);
   std::atomic<bool> started{false};
-  job_reaper reaper([&](job& j) {
-    if (j.id == 0) {
-      started.store(true);
-      release.wait();
-    }
-    j.runs.fetch_add(1, std::memory_order_relaxed);
-  });
+  job_reaper reaper(first_item_blocks(release, started));
   for (job& j : jobs) reaper.enqueue(j);
-  while (!started.load()) std::this_thread::yield();
+  wait_until(started);
   std::atomic<int> ran_when_returned[2] = {-1, -1};
   std::thread stoppers[2];
   for (int s = 0; s < 2; ++s) {

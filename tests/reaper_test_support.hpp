@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <latch>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -99,6 +100,29 @@ class hang_guard {
 inline std::string current_test_name() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return std::string(info->test_suite_name()) + "." + info->name();
+}
+
+// fn that counts, except that item 0 first reports `started` and then blocks until `release`
+// is counted down: a worker caught in the middle of a batch.
+inline job_fn first_item_blocks(std::latch& release, std::atomic<bool>& started) {
+  return [&release, &started](job& j) {
+    if (j.id == 0) {
+      started.store(true);
+      release.wait();
+    }
+    j.runs.fetch_add(1, std::memory_order_relaxed);
+  };
+}
+
+// Enqueues every job while the worker is frozen, so that it takes them as one batch.
+inline void enqueue_as_one_batch(job_reaper& reaper, std::vector<job>& jobs) {
+  reaper.freeze();
+  for (job& j : jobs) reaper.enqueue(j);
+  reaper.thaw();
+}
+
+inline void wait_until(const std::atomic<bool>& flag) {
+  while (!flag.load()) std::this_thread::yield();
 }
 
 }  // namespace teardown_test::reaper_support
