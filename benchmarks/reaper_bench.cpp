@@ -67,7 +67,8 @@
 //                              waiting for a node (mean over producers): near 1, the worker (or,
 //                              for call_rcu, its 10 ms batching with kPoolNodes in flight per
 //                              producer) sets the rate; near 0, the producers do.
-//                              drain/reaper_nice0 is the reaper with nice = 0.
+//                              drain/reaper_nice0 is the reaper with nice = 0, and
+//                              drain/reaper_yield_50us the reaper with yield_after = 50 µs.
 //
 // Trivial items: fn (or the callback) does only what the case needs: in the drain and stream
 // cases it hands the node back to its producer (one release store); in the latency cases it
@@ -337,7 +338,8 @@ enum class worker_mode {
 
 struct peer_config {
   worker_mode mode = worker_mode::shipped;
-  int nice = 19;  // the reaper only
+  int nice = 19;        // the reaper only
+  int yield_us = 0;     // the reaper only: reaper_options::yield_after, in microseconds
 };
 
 template <class Work>
@@ -365,6 +367,7 @@ class reaper_peer {
     teardown::reaper_options opts;
     opts.name = "bench_reaper";
     opts.nice = config.nice;
+    opts.yield_after = std::chrono::microseconds(config.yield_us);
     if (config.mode == worker_mode::sleepy) opts.spin_polls = 0;
     if (config.mode == worker_mode::awake) opts.spin_polls = std::numeric_limits<std::uint32_t>::max();
     return opts;
@@ -704,12 +707,12 @@ drain_run<Peer>* current_drain = nullptr;
 // the stop barrier nothing else tells thread 0 when it may delete the run.
 std::atomic<int> drain_producers_done{0};
 
-template <template <class> class Peer, int Nice = 19>
+template <template <class> class Peer, int Nice = 19, int YieldUs = 0>
 void drain(benchmark::State& state) {
   using run_t = drain_run<Peer<hand_back>>;
   if (state.thread_index() == 0) {
     drain_producers_done.store(0, std::memory_order_relaxed);  // the start barrier publishes it
-    current_drain<Peer<hand_back>> = new run_t({worker_mode::shipped, Nice}, state.threads());
+    current_drain<Peer<hand_back>> = new run_t({worker_mode::shipped, Nice, YieldUs}, state.threads());
   }
   auto it = state.begin();
   const auto end = state.end();  // the start barrier
@@ -1012,6 +1015,10 @@ int main(int argc, char** argv) {
             ->ThreadRange(1, hardware_threads)
             ->UseRealTime());
   timed(benchmark::RegisterBenchmark("drain/reaper_nice0", drain<reaper_peer, 0>)
+            ->ThreadRange(1, hardware_threads)
+            ->UseRealTime());
+  // The yield policy's price: a clock read per item, and sched_yield() every 50 µs of draining.
+  timed(benchmark::RegisterBenchmark("drain/reaper_yield_50us", drain<reaper_peer, 19, 50>)
             ->ThreadRange(1, hardware_threads)
             ->UseRealTime());
   timed(benchmark::RegisterBenchmark("drain/condvar", drain<condvar_peer>)
