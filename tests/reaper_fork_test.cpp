@@ -159,6 +159,19 @@ void expect_parent_reaper_works(job_reaper& reaper) {
 
 // --- The child ---------------------------------------------------------------------------------
 
+// Leaves the worker frozen with `backlog` queued: what a fork finds queued.
+void enqueue_frozen(job_reaper& reaper, std::vector<job>& backlog) {
+  reaper.freeze();
+  for (job& j : backlog) reaper.enqueue(j);
+}
+
+// After the child is done: the parent's reaper, thawed, tears its own copies down exactly once.
+void expect_parent_tears_down_its_backlog(job_reaper& reaper, const std::vector<job>& backlog) {
+  reaper.thaw();
+  reaper.flush();
+  EXPECT_EQ(ran_exactly_once(backlog), backlog.size()) << "the parent tears down its own copies once";
+}
+
 TEST_F(ReaperForkTest, ChildTearsDownEachItemItEnqueuesExactlyOnceOnItsOwnThread) {
   auto parent_jobs = make_jobs(10);
   auto child_jobs = make_jobs(100);
@@ -200,8 +213,7 @@ TEST_F(ReaperForkTest, ChildEnqueueTearsDownTheBacklogQueuedAtForkTime) {
   auto backlog = make_jobs(50);
   auto child_jobs = make_jobs(3);
   job_reaper reaper(counting());
-  reaper.freeze();
-  for (job& j : backlog) reaper.enqueue(j);
+  enqueue_frozen(reaper, backlog);
 
   const int code = run_child([&] {
     child_checks check;
@@ -220,17 +232,14 @@ TEST_F(ReaperForkTest, ChildEnqueueTearsDownTheBacklogQueuedAtForkTime) {
   EXPECT_EQ(code, child_ok);
 
   EXPECT_EQ(total_runs(backlog), 0) << "the parent is still frozen";
-  reaper.thaw();
-  reaper.flush();
-  EXPECT_EQ(ran_exactly_once(backlog), backlog.size()) << "the parent tears down its own copies once";
+  expect_parent_tears_down_its_backlog(reaper, backlog);
   expect_parent_reaper_works(reaper);
 }
 
 TEST_F(ReaperForkTest, ChildFlushTearsDownTheBacklogQueuedAtForkTime) {
   auto backlog = make_jobs(50);
   job_reaper reaper(counting());
-  reaper.freeze();
-  for (job& j : backlog) reaper.enqueue(j);
+  enqueue_frozen(reaper, backlog);
   const int code = run_child([&] {
     child_checks check;
     reaper.flush();
@@ -240,16 +249,13 @@ TEST_F(ReaperForkTest, ChildFlushTearsDownTheBacklogQueuedAtForkTime) {
     return check.exit_code();
   });
   EXPECT_EQ(code, child_ok);
-  reaper.thaw();
-  reaper.flush();
-  EXPECT_EQ(ran_exactly_once(backlog), backlog.size());
+  expect_parent_tears_down_its_backlog(reaper, backlog);
 }
 
 TEST_F(ReaperForkTest, ChildStopTearsDownTheBacklogQueuedAtForkTime) {
   auto backlog = make_jobs(50);
   job_reaper reaper(counting());
-  reaper.freeze();
-  for (job& j : backlog) reaper.enqueue(j);
+  enqueue_frozen(reaper, backlog);
   const int code = run_child([&] {
     child_checks check;
     reaper.stop();
@@ -257,9 +263,7 @@ TEST_F(ReaperForkTest, ChildStopTearsDownTheBacklogQueuedAtForkTime) {
     return check.exit_code();
   });
   EXPECT_EQ(code, child_ok);
-  reaper.thaw();
-  reaper.flush();
-  EXPECT_EQ(ran_exactly_once(backlog), backlog.size());
+  expect_parent_tears_down_its_backlog(reaper, backlog);
 }
 
 // The child leaves the reaper's scope normally (a child that returns from its function, or runs
