@@ -369,6 +369,49 @@ class reaper final : private detail::fork_participant {
     drain_inline();  // a fork child, or items whose producers raced the end of the worker
   }
 
+  /// Tears queued items down on the calling thread (a pressure valve: RFC open question 1).
+  /// Every item the worker has not taken yet is offered, oldest first, to `take(T&)` (which
+  /// may read the item but must not free or re-queue it);
+  /// the accepted ones are torn down here (counted in inline_reaped, errors go to on_error as
+  /// usual) and the others go back on the queue, where they run behind items added meanwhile.
+  /// Returns how many were torn down here. Items the worker already holds are not touched.
+  /// Blocking: runs the teardowns, and takes the control mutex briefly. A flush() waits for
+  /// every reap_on_caller in progress, so an item that went back is still covered by it.
+  /// Refused (std::logic_error) on the worker. If take throws, everything not yet torn down
+  /// goes back and the exception propagates.
+  template <class Take>
+  std::size_t reap_on_caller(Take&& take) {
+    refuse_on_worker("reap_on_caller");
+    std::uint64_t completed_before = 0;
+    {
+      const std::lock_guard lock(control_mutex_);
+      ++caller_reaps_;
+      completed_before = flush_completed_;
+    }
+    llist_batch<T, Hook> offered = queue_.del_all().reverse();
+    llist_chain<T, Hook> declined;  // front = newest, as on the queue
+    std::size_t torn_down = 0;
+    while (T* item = offered.pop_front()) {
+      bool here = false;
+      try {
+        here = take(*item);
+      } catch (...) {
+        declined.push_front(*item);
+        while (T* rest = offered.pop_front()) declined.push_front(*rest);
+        finish_caller_reap(std::move(declined), completed_before);
+        throw;
+      }
+      if (!here) {
+        declined.push_front(*item);
+        continue;
+      }
+      tear_down_inline(*item);  // may free item
+      ++torn_down;
+    }
+    finish_caller_reap(std::move(declined), completed_before);
+    return torn_down;
+  }
+
   /// True when the oldest queued item has waited longer than the stall threshold (approximate:
   /// the time is taken on the add that found the queue empty). A composition tears down inline
   /// while the worker is stalled.
@@ -611,6 +654,26 @@ class reaper final : private detail::fork_participant {
 
   // ---- control plane ------------------------------------------------------------------------
 
+  // Ends a reap_on_caller: puts the declined items back and lets waiting flushes finish. A
+  // flush ticket the worker completed while this call held items proves nothing about them,
+  // so such tickets are completed again by the worker's next pass over the queue.
+  void finish_caller_reap(llist_chain<T, Hook>&& declined, std::uint64_t completed_before) noexcept {
+    const bool requeued = !declined.empty();
+    const bool was_empty = queue_.add_batch(std::move(declined));
+    if (was_empty) oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
+    std::unique_lock lock(control_mutex_);
+    --caller_reaps_;
+    if (requeued && flush_completed_ > completed_before) flush_completed_ = completed_before;
+    const bool flush_waits = flush_requested_ > flush_completed_;
+    if (flush_waits) request_locked();
+    control_changed_.notify_all();
+    lock.unlock();
+    if (was_empty || flush_waits) kick();
+    // acquire: pairs with the worker's STOPPED exchange. A stopped reaper has no worker to
+    // hand the items back to.
+    if (requeued && (state_.load(std::memory_order_acquire) & stopped_bit)) drain_inline();
+  }
+
   // Under control_mutex_: tell the worker to look at the requests.
   void request_locked() noexcept { control_requested_.store(true, std::memory_order_relaxed); }
 
@@ -624,7 +687,7 @@ class reaper final : private detail::fork_participant {
     std::unique_lock lock(control_mutex_);
     if (!worker_running_ || stop_requested_) {
       // Stopped, or stopping: the stop drains everything; wait for it, then take what raced it.
-      const auto gone = [&] { return !worker_running_; };
+      const auto gone = [&] { return !worker_running_ && caller_reaps_ == 0; };
       bool done = true;
       if (deadline == std::chrono::steady_clock::time_point::max()) {
         control_changed_.wait(lock, gone);
@@ -640,7 +703,7 @@ class reaper final : private detail::fork_participant {
     lock.unlock();
     kick();
     lock.lock();
-    const auto done = [&] { return flush_completed_ >= ticket || !worker_running_; };
+    const auto done = [&] { return (flush_completed_ >= ticket && caller_reaps_ == 0) || !worker_running_; };
     if (deadline == std::chrono::steady_clock::time_point::max()) {
       control_changed_.wait(lock, done);
       return true;
@@ -750,6 +813,7 @@ class reaper final : private detail::fork_participant {
   std::uint64_t freeze_depth_ = 0;
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
+  std::uint64_t caller_reaps_ = 0;  // reap_on_caller calls in progress
 };
 
 }  // namespace teardown

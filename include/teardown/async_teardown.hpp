@@ -1,0 +1,413 @@
+// teardown/async_teardown.hpp — the composition: toggle, eligibility, eager step, budget, queue.
+//
+// The kernel series' mmput_exit(), generalised to any type. put(item) either hands the item to
+// a reaper thread or tears it down on the caller, and says which and why:
+//
+//     struct buffer_traits {
+//       std::uint64_t cost(const buffer& b) const { return b.bytes; }
+//       bool eligible(const buffer&, std::uint64_t) const { return true; }
+//       void prepare(buffer&) {}                      // the eager step (exit_aio)
+//       void destroy(buffer& b) { delete &b; }        // may free the item
+//       std::uint64_t& charge(buffer& b) { return b.charge; }   // where the charge is memoised
+//     };
+//     teardown::async_teardown<buffer, &buffer::hook, buffer_traits> async({.threshold = 1 << 20});
+//     async.put(*b);                                  // returns a decision; never blocks on the reaper
+//
+// put(item), in this order (each step is the kernel's; the comments in put() say why):
+//   1. toggle off                   -> destroy inline                      decision::sync_disabled
+//   2. cost = traits.cost(item), read once
+//   3. cost < threshold, or !traits.eligible(item, cost)  -> inline       decision::sync_ineligible
+//   4. the reaper is stalled (watchdog) -> inline                         decision::sync_stalled
+//      the composition was shut down  -> inline                          decision::sync_stopped
+//   5. traits.prepare(item), on the caller, before anything is charged
+//   6. budget.try_reserve(cost) fails -> inline                           decision::sync_rejected
+//   7. traits.charge(item) = cost; count; trace; hand to the reaper       decision::queued
+// The reaper runs traits.destroy(item) and then releases exactly traits.charge(item), the
+// charge memoised at step 7 — never a fresh cost reading, which may have shrunk meanwhile.
+//
+// Traits (an object, stored by value; its functions may be static):
+//   cost(const T&) -> uint64_t            the size of the teardown, in budget units
+//   eligible(const T&, uint64_t cost) -> bool
+//   prepare(T&)                            eager step; may block; must be idempotent if destroy
+//                                          repeats it. If it throws, put propagates the
+//                                          exception and leaves the item alone (not torn
+//                                          down, not charged, not counted)
+//   destroy(T&)                            the teardown; may free the item; may throw (counted
+//                                          in errors and handed to the reaper's on_error when it
+//                                          runs there, propagated when it runs inline)
+//   charge(T&) -> uint64_t&                where the charge is memoised
+//   optional: live_cost(const T&) -> uint64_t   for the reap trace point (default: cost)
+//             id(const T&) -> uint64_t          for the trace points (default: the address)
+//             queued_at(T&) -> uint64_t&        where put stores the enqueue time, so the reap
+//                                               trace point carries the wait
+//
+// Who may call what (the async_teardown must outlive every call)
+//   put                       any thread, concurrently. Lock-free apart from what Traits does
+//                             (prepare may block) and the inline teardowns it decides on.
+//   drain                     any thread but the reaper's; blocking (tears down on the caller).
+//   flush, flush_for, freeze, thaw, shutdown   any thread but the reaper's; may block (see
+//                             reaper.hpp). After shutdown, put tears down inline.
+//   enable, disable, set_enabled   any thread; writers serialize (static_key).
+//   set_threshold, set_max_pending, stats, stalled   any thread; wait-free.
+//
+// Memory ordering: nothing here adds any. The item's contents reach the reaper through the
+// llist (release add, acquire del_all), the charge included, since it is written before the
+// enqueue. Counters, the threshold and the toggle are relaxed: they publish nothing.
+//
+// Counters (stats()): queued + sync = put calls; rejected and stalled are subsets of sync;
+// reaped counts queued items torn down, by the reaper or by drain (drained is that subset);
+// once flush() returns with no put running, reaped == queued and pending == 0. The snapshot
+// reads each subset before its superset, and reaped before queued, so a snapshot taken while
+// puts run never shows a subset larger than its superset.
+//
+// With Key = const_key<false> the deferred path is compiled out: no reaper thread, no counters,
+// no trace points; put() is traits.destroy(item) and returns sync_disabled.
+#pragma once
+
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "teardown/budget.hpp"
+#include "teardown/counter.hpp"
+#include "teardown/llist.hpp"
+#include "teardown/reaper.hpp"
+#include "teardown/static_key.hpp"
+#include "teardown/trace.hpp"
+
+namespace teardown {
+
+/// What put() did with an item. Everything but `queued` means it was torn down inline.
+enum class decision : std::uint8_t {
+  queued,           // charged to the budget and handed to the reaper
+  sync_disabled,    // the toggle is off
+  sync_ineligible,  // cost below the threshold, or Traits::eligible refused it
+  sync_rejected,    // eligible, but the charge did not fit the budget
+  sync_stalled,     // eligible, but the reaper is stalled: queuing would only pile up behind it
+  sync_stopped,     // eligible, but the composition was shut down
+};
+
+/// "queued", "disabled", "ineligible", "rejected", "stalled", "stopped": also the reasons the
+/// sync trace point carries.
+constexpr const char* to_string(decision d) noexcept {
+  switch (d) {
+    case decision::queued: return "queued";
+    case decision::sync_disabled: return "disabled";
+    case decision::sync_ineligible: return "ineligible";
+    case decision::sync_rejected: return "rejected";
+    case decision::sync_stalled: return "stalled";
+    case decision::sync_stopped: return "stopped";
+  }
+  return "unknown";
+}
+
+/// What async_teardown needs from Traits; see the header comment.
+template <class Traits, class T>
+concept teardown_traits = requires(Traits& traits, T& item, const T& view, std::uint64_t cost) {
+  { traits.cost(view) } -> std::convertible_to<std::uint64_t>;
+  { traits.eligible(view, cost) } -> std::convertible_to<bool>;
+  traits.prepare(item);
+  traits.destroy(item);
+  { traits.charge(item) } -> std::same_as<std::uint64_t&>;
+};
+
+struct async_teardown_options {
+  bool enabled = true;                        // the toggle's initial state (a const_key ignores it)
+  std::uint64_t threshold = 0;                // items costing less are torn down inline
+  std::uint64_t max_pending = budget::max_cap;  // the budget's cap, in cost units
+  bool sync_when_stalled = true;              // the watchdog: see decision::sync_stalled
+  reaper_options reaper{.name = "async_teardown"};
+};
+
+struct async_teardown_stats {
+  std::uint64_t queued = 0;      // put() handed the item to the reaper
+  std::uint64_t sync = 0;        // put() tore the item down inline, for any reason
+  std::uint64_t rejected = 0;    // subset of sync: the budget refused the charge
+  std::uint64_t stalled = 0;     // subset of sync: the reaper was stalled
+  std::uint64_t reaped = 0;      // queued items torn down (by the reaper or by drain)
+  std::uint64_t drained = 0;     // subset of reaped: torn down by drain() on a caller
+  std::uint64_t errors = 0;      // destroy threw on the reaper or in drain
+  std::uint64_t pending = 0;     // the budget: charged and not yet released, in cost units
+  std::uint64_t cap = 0;         // the budget's cap
+  std::uint64_t high_water = 0;  // the budget's highest pending
+};
+
+/// What drain() tore down on the caller.
+struct drain_result {
+  std::uint64_t items = 0;
+  std::uint64_t cost = 0;  // the sum of their memoised charges
+};
+
+namespace detail {
+
+// The producing thread's identity for the queue trace point, taken once per thread: the name
+// is the one the thread had at its first traced put.
+struct thread_identity {
+  std::int64_t tid = 0;
+  char name[16] = {};
+};
+
+inline const thread_identity& this_thread_identity() noexcept {
+  thread_local const thread_identity identity = [] {
+    thread_identity id;
+#if defined(__linux__)
+    id.tid = static_cast<std::int64_t>(syscall(SYS_gettid));
+    if (pthread_getname_np(pthread_self(), id.name, sizeof id.name) != 0) id.name[0] = '\0';
+#endif
+    return id;
+  }();
+  return identity;
+}
+
+// True for a compile-time key that is off (const_key<false>): the deferred path compiles out.
+template <class Key>
+constexpr bool compiled_off() noexcept {
+  if constexpr (requires(Key& key) { key.set(true); }) {
+    return false;
+  } else {
+    return !Key::enabled();
+  }
+}
+
+template <class Key>
+Key make_key(bool on) {
+  if constexpr (std::is_constructible_v<Key, bool>) {
+    return Key(on);
+  } else {
+    return Key{};
+  }
+}
+
+inline int current_cpu() noexcept {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+}  // namespace detail
+
+template <class T, llist_node T::*Hook, class Traits, class Key = static_key>
+  requires teardown_traits<Traits, T>
+class async_teardown {
+  static constexpr bool runtime_toggle = requires(Key& key) { key.set(true); };
+  static constexpr bool compiled_out = detail::compiled_off<Key>();
+
+  struct reap_fn {
+    async_teardown* self;
+    void operator()(T& item) const { self->reap(item); }
+  };
+  using reaper_type = reaper<T, Hook, reap_fn>;
+
+ public:
+  /// Starts the reaper (unless the deferred path is compiled out). Throws std::invalid_argument
+  /// if max_pending > budget::max_cap, std::system_error if the thread cannot start.
+  explicit async_teardown(async_teardown_options opts = {}, Traits traits = Traits{})
+      : traits_(std::move(traits)),
+        toggle_(detail::make_key<Key>(opts.enabled)),
+        threshold_(opts.threshold),
+        budget_(opts.max_pending),
+        sync_when_stalled_(opts.sync_when_stalled) {
+    if constexpr (!compiled_out) reaper_.emplace(reap_fn{this}, std::move(opts.reaper));
+  }
+
+  async_teardown(const async_teardown&) = delete;
+  async_teardown& operator=(const async_teardown&) = delete;
+
+  /// Shuts down: tears down everything still queued, then joins the reaper. May block.
+  ~async_teardown() = default;
+
+  /// Queues the item or tears it down inline; see the header comment for the steps.
+  decision put(T& item) {
+    if constexpr (compiled_out) {
+      traits_.destroy(item);
+      return decision::sync_disabled;
+    } else {
+      // The cost is not even read while the toggle is off: the disabled path pays the branch.
+      if (!toggle_.enabled()) return tear_down_inline(item, 0, decision::sync_disabled);
+      // Read once: the same figure decides eligibility and is charged (it may shrink later).
+      const std::uint64_t cost = traits_.cost(std::as_const(item));
+      if (cost < threshold_.load(std::memory_order_relaxed) || !traits_.eligible(std::as_const(item), cost)) {
+        return tear_down_inline(item, cost, decision::sync_ineligible);
+      }
+      if (stopped_.load(std::memory_order_relaxed)) return tear_down_inline(item, cost, decision::sync_stopped);
+      if (sync_when_stalled_ && reaper_->stalled()) return tear_down_inline(item, cost, decision::sync_stalled);
+      // Eager step before charging: if it blocks, only this caller waits, never the reaper
+      // and everything queued behind this item.
+      traits_.prepare(item);
+      if (!budget_.try_reserve(cost)) {
+        trace::reject(item_id(item), cost, budget_.pending(), budget_.cap());
+        return tear_down_inline(item, cost, decision::sync_rejected);
+      }
+      traits_.charge(item) = cost;
+      if constexpr (requires { traits_.queued_at(item); }) traits_.queued_at(item) = detail::monotonic_ns();
+      const detail::thread_identity& who = detail::this_thread_identity();
+      trace::queue(item_id(item), cost, who.tid, who.name, detail::current_cpu());
+      queued_.add();  // before the enqueue: reaped never overtakes queued
+      reaper_->enqueue(item);
+      return decision::queued;
+    }
+  }
+
+  /// Pressure valve (RFC open question 1: the OOM path could drain the queue with a budget):
+  /// tears down queued items on the caller, oldest first, taking each whose memoised charge
+  /// still fits in max_cost. Items the reaper already holds are left to it. Blocking.
+  drain_result drain(std::uint64_t max_cost) {
+    drain_result result;
+    if constexpr (!compiled_out) {
+      reaper_->reap_on_caller([&](T& item) {
+        const std::uint64_t charge = traits_.charge(item);
+        if (charge > max_cost - result.cost) return false;
+        result.cost += charge;
+        ++result.items;
+        drained_.add();
+        return true;
+      });
+    }
+    return result;
+  }
+
+  /// Blocks until everything queued before the call is torn down.
+  void flush() {
+    if constexpr (!compiled_out) reaper_->flush();
+  }
+  template <class Rep, class Period>
+  bool flush_for(std::chrono::duration<Rep, Period> timeout) {
+    if constexpr (!compiled_out) return reaper_->flush_for(timeout);
+    return true;
+  }
+
+  /// Parks the reaper between items (put keeps queuing behind it); nests. May block.
+  void freeze() {
+    if constexpr (!compiled_out) reaper_->freeze();
+  }
+  /// Undoes one freeze(); throws std::logic_error, changing nothing, without one.
+  void thaw() {
+    if constexpr (compiled_out) throw std::logic_error("teardown::async_teardown::thaw: not frozen");
+    else reaper_->thaw();
+  }
+
+  /// Tears down everything queued and joins the reaper; afterwards put tears down inline
+  /// (decision::sync_stopped). Idempotent. May block.
+  void shutdown() {
+    if constexpr (!compiled_out) {
+      stopped_.store(true, std::memory_order_relaxed);
+      reaper_->stop();
+    }
+  }
+
+  /// True when the reaper's oldest queued item has waited past its stall threshold.
+  bool stalled() const noexcept {
+    if constexpr (compiled_out) return false;
+    else return reaper_->stalled();
+  }
+
+  bool enabled() const noexcept { return toggle_.enabled(); }
+  void enable() requires(runtime_toggle) { toggle_.enable(); }
+  void disable() requires(runtime_toggle) { toggle_.disable(); }
+  void set_enabled(bool on) requires(runtime_toggle) { toggle_.set(on); }
+
+  std::uint64_t threshold() const noexcept { return threshold_.load(std::memory_order_relaxed); }
+  void set_threshold(std::uint64_t cost) noexcept { threshold_.store(cost, std::memory_order_relaxed); }
+  std::uint64_t max_pending() const noexcept { return budget_.cap(); }
+  /// Throws std::invalid_argument, changing nothing, above budget::max_cap. Lowering it below
+  /// what is pending queues nothing new until the reaper brings pending under it.
+  void set_max_pending(std::uint64_t cap) { budget_.set_cap(cap); }
+
+  /// A snapshot; see "Counters" in the header comment.
+  async_teardown_stats stats() const noexcept {
+    async_teardown_stats s;
+    if constexpr (!compiled_out) {
+      s.drained = drained_.read();
+      s.reaped = reaped_.read();
+      s.queued = queued_.read();
+      s.rejected = rejected_.read();
+      s.stalled = stalled_.read();
+      s.sync = sync_.read();
+      s.errors = reaper_->stats().errors;
+    }
+    s.pending = budget_.pending();
+    s.cap = budget_.cap();
+    s.high_water = budget_.high_water();
+    return s;
+  }
+
+  /// The reaper's own statistics (worker CPU, wake-ups, batches...).
+  reaper_stats reaper_statistics() const noexcept {
+    if constexpr (compiled_out) return {};
+    else return reaper_->stats();
+  }
+
+  Traits& traits() noexcept { return traits_; }
+  const Traits& traits() const noexcept { return traits_; }
+
+ private:
+  std::uint64_t item_id(const T& item) const noexcept {
+    if constexpr (requires { traits_.id(item); }) {
+      return static_cast<std::uint64_t>(traits_.id(item));
+    } else {
+      return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&item));
+    }
+  }
+
+  decision tear_down_inline(T& item, std::uint64_t cost, decision why) {
+    sync_.add();  // before its subsets: a snapshot reads the subsets first
+    if (why == decision::sync_rejected) rejected_.add();
+    if (why == decision::sync_stalled) stalled_.add();
+    trace::sync(item_id(item), cost, to_string(why));
+    traits_.destroy(item);
+    return why;
+  }
+
+  // On the reaper (or on a drain caller): the teardown of a queued item.
+  void reap(T& item) {
+    const std::uint64_t charge = traits_.charge(item);
+    std::uint64_t live = charge;
+    if constexpr (requires { traits_.live_cost(item); }) live = traits_.live_cost(std::as_const(item));
+    std::uint64_t waited = 0;
+    if constexpr (requires { traits_.queued_at(item); }) {
+      const std::uint64_t now = detail::monotonic_ns();
+      const std::uint64_t since = traits_.queued_at(item);
+      waited = now > since ? now - since : 0;
+    }
+    trace::reap(item_id(item), charge, live, detail::current_cpu(), waited);  // before destroy frees it
+    // Released and counted even if destroy throws: the item is gone either way, and releasing
+    // twice or never would drift the budget.
+    struct settle {
+      async_teardown* self;
+      std::uint64_t charge;
+      ~settle() {
+        self->budget_.release(charge);
+        self->reaped_.add();
+      }
+    } settle_after_destroy{this, charge};
+    traits_.destroy(item);  // may free item
+  }
+
+  Traits traits_;
+  Key toggle_;
+  std::atomic<std::uint64_t> threshold_;
+  budget budget_;
+  const bool sync_when_stalled_;
+  std::atomic<bool> stopped_{false};
+  sharded_counter queued_;
+  sharded_counter sync_;
+  sharded_counter rejected_;
+  sharded_counter stalled_;
+  sharded_counter reaped_;
+  sharded_counter drained_;
+  // Last: constructed after, and destroyed (stopped, drained) before, everything reap() uses.
+  std::optional<reaper_type> reaper_;
+};
+
+}  // namespace teardown
