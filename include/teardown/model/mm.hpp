@@ -188,6 +188,7 @@ struct mm_system_options {
                                                     // unset: 64 MiB of pages
   std::optional<std::uint64_t> max_pending_pages{};  // vm.async_mm_teardown_max_pending_pages;
                                                     // unset: a quarter of physical RAM
+  bool sync_when_stalled = false;        // async_teardown's watchdog; the series has none
   reaper_options reaper{.name = "mm_reaper"};
 };
 
@@ -537,6 +538,7 @@ class mm_system {
     out.enabled = opts.async_mm_teardown;
     out.threshold = validated(knob_thresh, opts.thresh_pages.value_or(default_thresh_pages()));
     out.max_pending = validated(knob_max_pending, opts.max_pending_pages.value_or(default_max_pending_pages()));
+    out.sync_when_stalled = opts.sync_when_stalled;
     out.reaper = std::move(opts.reaper);
     return out;
   }

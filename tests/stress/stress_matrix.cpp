@@ -1,0 +1,543 @@
+// The RFC's robustness matrix ("Robustness testing" in the cover letter of seed 000), run on the
+// model: one row per scenario, printed as a table with its counters and PASS/FAIL.
+//
+//   stress_matrix           short mode (CI): simulated memory, the RFC's sizes in pages
+//   stress_matrix --long    real memory (anonymous mappings, touched, unmapped by teardown) and
+//                           twice the repetitions; needs about 10 GiB of free RAM and a few
+//                           minutes (it faults in and frees some 80 GiB in all)
+//
+// Every row runs on a fresh mm_system and ends with the same checks: nothing lost and nothing
+// torn down twice (each mm's teardown count is exactly 1), queued + sync = final exits,
+// rejected <= sync, reaped = queued and pending = 0 after a flush, and the budget's cap held
+// throughout: a monitor thread samples the pending counter while the row runs, and the
+// budget's high-water mark (the largest total ever admitted) must stay at or under the cap.
+// Under add-then-check the counter itself may exceed the cap for an instant while a failing
+// reserve takes its charge back; the table counts those samples separately.
+//
+// Exit status: 0 when every row passes.
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <latch>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "teardown/model/mm.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using teardown::decision;
+using namespace teardown::model;
+using task_ptr = std::unique_ptr<mm_system::task>;
+
+struct run_mode {
+  backing memory = backing::simulated;
+  int repeat = 1;  // multiplies the repetition counts
+};
+
+std::uint64_t gib_pages(double gib) {
+  return static_cast<std::uint64_t>(gib * double(std::uint64_t{1} << 30)) / mm_system::page_size();
+}
+
+// ---- trace recording: which mm ids were queued, and charged vs live at reap -----------------
+
+struct trace_recorder {
+  std::mutex lock;
+  std::set<std::uint64_t> queued_ids;
+  std::uint64_t reaped_charged = 0;
+  std::uint64_t reaped_live = 0;
+
+  void clear() {
+    const std::lock_guard guard(lock);
+    queued_ids.clear();
+    reaped_charged = reaped_live = 0;
+  }
+  bool was_queued(std::uint64_t id) {
+    const std::lock_guard guard(lock);
+    return queued_ids.count(id) != 0;
+  }
+};
+
+trace_recorder recorder;
+
+void on_queue(const teardown::trace::queue_event& e) {
+  const std::lock_guard guard(recorder.lock);
+  recorder.queued_ids.insert(e.id);
+}
+void on_reap(const teardown::trace::reap_event& e) {
+  const std::lock_guard guard(recorder.lock);
+  recorder.reaped_charged += e.charged_cost;
+  recorder.reaped_live += e.live_cost;
+}
+
+// ---- one row ------------------------------------------------------------------------------
+
+struct row {
+  std::string name;
+  std::uint64_t exits = 0;
+  vmstat stats;
+  std::uint64_t cap = 0;
+  std::uint64_t high_water = 0;
+  std::uint64_t samples = 0;
+  std::uint64_t counter_over_cap = 0;
+  std::string detail;
+  std::vector<std::string> failures;
+};
+
+// A fresh "kernel" for one scenario, the mms it created (each held with mmgrab so it can be
+// inspected after its teardown), and the cap monitor.
+class scenario {
+ public:
+  scenario(std::string name, const run_mode& mode, mm_system_options opts)
+      : mode_(mode), system_(std::move(opts)) {
+    row_.name = std::move(name);
+    recorder.clear();
+    monitor_ = std::thread([this] { monitor(); });
+  }
+  scenario(const scenario&) = delete;
+  scenario& operator=(const scenario&) = delete;
+  ~scenario() {
+    stop_monitor();
+    for (mm_struct* mm : mms_) mm_system::mmdrop(*mm);
+  }
+
+  mm_system& kernel() { return system_; }
+
+  task_ptr spawn(std::uint64_t pages) {
+    task_ptr t = system_.spawn(pages, mode_.memory);
+    track(*t->mm());
+    return t;
+  }
+
+  task_ptr clone_vm(mm_system::task& sharer) { return system_.clone_vm(sharer); }
+
+  // The task's exit, counted when it made the final mmput_exit.
+  std::optional<decision> exit(mm_system::task& t) {
+    std::optional<decision> d = t.exit();
+    if (d) final_exits_.fetch_add(1, std::memory_order_relaxed);
+    return d;
+  }
+
+  std::uint64_t id_of(mm_system::task& t) { return t.mm()->id; }
+
+  void check(bool ok, const std::string& what) {
+    if (!ok) {
+      const std::lock_guard guard(failures_lock_);
+      row_.failures.push_back(what);
+    }
+  }
+
+  void detail(std::string text) { row_.detail = std::move(text); }
+
+  // The checks every row ends with.
+  row finish() {
+    system_.flush();
+    stop_monitor();
+    const vmstat v = system_.vmstat();
+    row_.exits = final_exits_.load();
+    row_.stats = v;
+    row_.cap = system_.max_pending_pages();
+    row_.high_water = system_.pending_high_water();
+    check(v.queued + v.sync == row_.exits, "queued + sync != exits");
+    check(v.rejected <= v.sync, "rejected > sync");
+    check(v.stalled <= v.sync, "stalled > sync");
+    check(v.reaped == v.queued, "reaped != queued after flush");
+    check(v.pending_pages == 0, "pending != 0 after flush");
+    check(row_.high_water <= row_.cap, "the budget admitted more than the cap");
+    check(!monitor_saw_high_water_over_cap_, "monitor: high water above the cap");
+    std::size_t lost = 0, twice = 0;
+    for (mm_struct* mm : mms_) {
+      const std::uint32_t n = mm->teardowns.load();
+      lost += n == 0;
+      twice += n > 1;
+    }
+    check(lost == 0, std::to_string(lost) + " mm(s) never torn down");
+    check(twice == 0, std::to_string(twice) + " mm(s) torn down twice");
+    return row_;
+  }
+
+ private:
+  void track(mm_struct& mm) {
+    mm_system::mmgrab(mm);
+    const std::lock_guard guard(mms_lock_);
+    mms_.push_back(&mm);
+  }
+
+  void monitor() {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      const std::uint64_t cap = system_.max_pending_pages();
+      ++row_.samples;
+      if (system_.vmstat().pending_pages > cap) ++row_.counter_over_cap;
+      if (system_.pending_high_water() > cap) monitor_saw_high_water_over_cap_ = true;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  void stop_monitor() {
+    stop_.store(true);
+    if (monitor_.joinable()) monitor_.join();
+  }
+
+  const run_mode& mode_;
+  mm_system system_;
+  row row_;
+  std::atomic<std::uint64_t> final_exits_{0};
+  std::mutex mms_lock_;
+  std::vector<mm_struct*> mms_;
+  std::mutex failures_lock_;
+  std::atomic<bool> stop_{false};
+  bool monitor_saw_high_water_over_cap_ = false;  // written by the monitor, read after join
+  std::thread monitor_;
+};
+
+mm_system_options feature_on(std::uint64_t cap_pages) {
+  mm_system_options opts;
+  opts.async_mm_teardown = true;
+  opts.max_pending_pages = cap_pages;
+  return opts;
+}
+
+// Exits every task at once, one thread each, and returns the decisions of the final exits.
+std::vector<decision> exit_in_parallel(scenario& s, std::vector<task_ptr>& tasks) {
+  std::latch start(static_cast<std::ptrdiff_t>(tasks.size()));
+  std::mutex lock;
+  std::vector<decision> decisions;
+  std::vector<std::thread> threads;
+  for (task_ptr& t : tasks) {
+    threads.emplace_back([&, task = t.get()] {
+      start.arrive_and_wait();
+      if (auto d = s.exit(*task)) {
+        const std::lock_guard guard(lock);
+        decisions.push_back(*d);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  tasks.clear();
+  return decisions;
+}
+
+std::size_t count(const std::vector<decision>& ds, decision d) {
+  return static_cast<std::size_t>(std::count(ds.begin(), ds.end(), d));
+}
+
+// ---- the rows -----------------------------------------------------------------------------
+
+// Cap 1 GiB, 8 parallel 0.5 GiB exits (reaper frozen, so the cap is what binds): only what fits
+// is queued, the rest falls back to sync, and the counters say so.
+row backpressure(const run_mode& mode) {
+  scenario s("backpressure", mode, feature_on(gib_pages(1)));
+  std::size_t queued = 0, rejected = 0;
+  const int rounds = 2 * mode.repeat;
+  for (int round = 0; round < rounds; ++round) {
+    s.kernel().freeze();
+    std::vector<task_ptr> tasks;
+    for (int i = 0; i < 8; ++i) tasks.push_back(s.spawn(gib_pages(0.5)));
+    const std::vector<decision> ds = exit_in_parallel(s, tasks);
+    s.check(count(ds, decision::queued) >= 1 && count(ds, decision::queued) <= 2,
+            "round " + std::to_string(round) + ": " + std::to_string(count(ds, decision::queued)) +
+                " queued, expected 1..2 (the cap fits two)");
+    s.check(count(ds, decision::queued) + count(ds, decision::sync_rejected) == 8, "an exit was neither queued nor rejected");
+    queued += count(ds, decision::queued);
+    rejected += count(ds, decision::sync_rejected);
+    s.kernel().thaw();
+    s.kernel().flush();
+  }
+  s.detail(std::to_string(rounds) + " rounds of 8 x 0.5 GiB under a 1 GiB cap: queued += " + std::to_string(queued) +
+           ", sync += " + std::to_string(rejected));
+  return s.finish();
+}
+
+// The OOM killer fires while 8 GiB of teardowns are queued: the victims (each with a CLONE_VM
+// sharer) tear down synchronously and are never queued; the backlog drains alongside.
+row oom_kill_during_backlog(const run_mode& mode) {
+  scenario s("oom kill during 8 GiB backlog", mode, feature_on(gib_pages(12)));
+  s.kernel().freeze();
+  for (int i = 0; i < 16; ++i) {
+    task_ptr t = s.spawn(gib_pages(0.5));
+    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
+  }
+  const int reps = 3 * mode.repeat;
+  std::vector<task_ptr> victims, sharers;
+  std::vector<std::uint64_t> victim_ids;
+  for (int i = 0; i < reps; ++i) {
+    victims.push_back(s.spawn(gib_pages(0.5)));
+    sharers.push_back(s.clone_vm(*victims.back()));
+    victim_ids.push_back(s.id_of(*victims.back()));
+  }
+  s.kernel().thaw();  // the backlog drains while the kills happen
+  std::vector<std::thread> threads;
+  std::atomic<int> victims_synced{0};
+  for (int i = 0; i < reps; ++i) {
+    for (mm_system::task* t : {victims[static_cast<std::size_t>(i)].get(), sharers[static_cast<std::size_t>(i)].get()}) {
+      threads.emplace_back([&s, &victims_synced, t] {
+        while (!t->killed()) std::this_thread::yield();  // a pending SIGKILL makes the task exit
+        if (auto d = s.exit(*t)) {
+          s.check(*d == decision::sync_ineligible, "an OOM victim's final exit was not synchronous");
+          victims_synced.fetch_add(1);
+        }
+      });
+    }
+  }
+  std::size_t killed = 0;
+  for (task_ptr& v : victims) killed += s.kernel().oom_kill(*v);
+  for (std::thread& t : threads) t.join();
+  victims.clear();
+  sharers.clear();
+  s.check(killed == 2 * static_cast<std::size_t>(reps), "oom_kill did not sweep every sharer");
+  for (std::uint64_t id : victim_ids) s.check(!recorder.was_queued(id), "an OOM victim was queued");
+  s.detail(std::to_string(reps) + " kills (victim + CLONE_VM sharer) during a 16 x 0.5 GiB backlog: " +
+           std::to_string(victims_synced.load()) + " victims sync, " + std::to_string(killed) + " tasks killed");
+  return s.finish();
+}
+
+// MMF_OOM_TARGETED probes, verified per mm through the queue trace point: a positive control
+// first (a plain exit of the same size IS queued), then victims marked by oom_kill and by
+// mark_oom_victim, and CLONE_VM pairs swept by one kill, exiting in either order.
+row oom_targeted_probes(const run_mode& mode) {
+  scenario s("oom-targeted probes", mode, feature_on(gib_pages(12)));
+  // Twice the threshold: eligible by size, and cheap enough to repeat with real memory.
+  const std::uint64_t size = 2 * s.kernel().thresh_pages();
+  task_ptr control = s.spawn(size);
+  const std::uint64_t control_id = s.id_of(*control);
+  s.check(s.exit(*control) == decision::queued, "positive control: a plain large exit was not queued");
+  s.kernel().flush();
+  s.check(recorder.was_queued(control_id), "positive control: no queue event");
+
+  std::size_t probes = 0, pair_probes = 0;
+  const int reps = static_cast<int>(teardown_test::scaled(20));
+  for (int i = 0; i < reps; ++i) {
+    task_ptr victim = s.spawn(size);
+    const std::uint64_t id = s.id_of(*victim);
+    if (i % 2 == 0) {
+      s.kernel().oom_kill(*victim);
+    } else {
+      s.kernel().mark_oom_victim(*victim);  // the task_will_free_mem fast path
+    }
+    s.check(s.exit(*victim) == decision::sync_ineligible, "a marked victim was not synchronous");
+    s.check(!recorder.was_queued(id), "a marked victim was queued");
+    ++probes;
+
+    task_ptr first = s.spawn(size);
+    task_ptr second = s.clone_vm(*first);
+    const std::uint64_t pair_id = s.id_of(*first);
+    s.check(s.kernel().oom_kill(i % 2 == 0 ? *first : *second) == 2, "the kill did not sweep both sharers");
+    std::vector<task_ptr> pair;
+    pair.push_back(std::move(first));
+    pair.push_back(std::move(second));
+    if (i % 3 == 0) std::swap(pair[0], pair[1]);
+    const std::vector<decision> ds = exit_in_parallel(s, pair);
+    s.check(ds.size() == 1 && ds[0] == decision::sync_ineligible, "a CLONE_VM pair's final exit was not synchronous");
+    s.check(!recorder.was_queued(pair_id), "a CLONE_VM pair produced a queue event");
+    ++pair_probes;
+  }
+  s.detail("positive control queued; " + std::to_string(probes) + " victims and " + std::to_string(pair_probes) +
+           " CLONE_VM pairs: no queue event");
+  return s.finish();
+}
+
+// Disabling mid-drain: the backlog still drains, new exits go sync.
+row toggle_mid_drain(const run_mode& mode) {
+  scenario s("toggle off mid-drain", mode, feature_on(gib_pages(12)));
+  s.kernel().freeze();
+  for (int i = 0; i < 16; ++i) {
+    task_ptr t = s.spawn(gib_pages(0.5));
+    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
+  }
+  s.kernel().set("vm.async_mm_teardown", "0");
+  s.kernel().thaw();
+  std::size_t disabled = 0;
+  for (int i = 0; i < 8; ++i) {
+    task_ptr t = s.spawn(gib_pages(0.5));
+    disabled += s.exit(*t) == decision::sync_disabled;
+  }
+  s.kernel().flush();
+  s.check(s.kernel().vmstat().reaped == 16, "the backlog did not drain after the toggle went off");
+  s.check(disabled == 8, "an exit after the toggle went off was not sync_disabled");
+  s.detail("16 x 0.5 GiB backlog drained with the toggle off; " + std::to_string(disabled) + "/8 new exits sync");
+  return s.finish();
+}
+
+// 50 rapid toggle cycles while exits run on other threads.
+row toggle_cycles(const run_mode& mode) {
+  scenario s("50 toggle cycles under exits", mode, feature_on(gib_pages(4)));
+  std::atomic<bool> done{false};
+  std::vector<std::thread> exiters;
+  const std::uint64_t thresh = s.kernel().thresh_pages();
+  for (int w = 0; w < 3; ++w) {
+    exiters.emplace_back([&, w] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(w) + 1);
+      // At least a few exits per thread, then until the toggler is done.
+      for (int n = 0; n < 8 || !done.load(std::memory_order_relaxed); ++n) {
+        // Around the threshold: some ineligible, most eligible; small enough for real memory.
+        task_ptr t = s.spawn(thresh / 2 + rng() % (thresh * 2));
+        if (n % 4 == 0) {
+          task_ptr sharer = s.clone_vm(*t);
+          (void)s.exit(*sharer);
+        }
+        (void)s.exit(*t);
+      }
+    });
+  }
+  for (int cycle = 0; cycle < 50; ++cycle) {
+    s.kernel().set_async_mm_teardown(false);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    s.kernel().set_async_mm_teardown(true);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  done.store(true);
+  for (std::thread& t : exiters) t.join();
+  const vmstat v = s.kernel().vmstat();
+  s.detail("3 exiting threads, " + std::to_string(v.queued + v.sync) + " exits across 50 cycles");
+  return s.finish();
+}
+
+// The freezer with a backlog queued: nothing is torn down while frozen; after thaw the backlog
+// drains and the async path works again.
+row freeze_thaw(const run_mode& mode) {
+  scenario s("freeze with backlog, thaw", mode, feature_on(gib_pages(12)));
+  s.kernel().freeze();
+  for (int i = 0; i < 16; ++i) {
+    task_ptr t = s.spawn(gib_pages(0.5));
+    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
+  }
+  s.check(s.kernel().vmstat().reaped == 0, "the reaper tore down while frozen");
+  s.kernel().thaw();
+  s.kernel().flush();
+  s.check(s.kernel().vmstat().reaped == 16, "the backlog did not drain after thaw");
+  task_ptr after = s.spawn(gib_pages(0.5));
+  s.check(s.exit(*after) == decision::queued, "the async path did not work after thaw");
+  s.detail("16 x 0.5 GiB held while frozen, drained after thaw; a new exit queued");
+  return s.finish();
+}
+
+// Reclaim shrinks the RSS of queued mms: the reaper releases the memoised charge, so pending
+// returns to exactly 0; the reap trace point shows the gap.
+row charge_memoisation(const run_mode& mode) {
+  scenario s("charge memoisation under reclaim", mode, feature_on(gib_pages(12)));
+  s.kernel().freeze();
+  std::vector<mm_struct*> queued;
+  for (int i = 0; i < 16; ++i) {
+    task_ptr t = s.spawn(gib_pages(0.5));
+    queued.push_back(t->mm());
+    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
+  }
+  const std::uint64_t charged = s.kernel().vmstat().pending_pages;
+  std::uint64_t reclaimed = 0;
+  for (std::size_t i = 0; i < queued.size(); ++i) reclaimed += s.kernel().reclaim(*queued[i], gib_pages(0.5) * i / 32);
+  s.check(s.kernel().vmstat().pending_pages == charged, "reclaim changed the pending charge");
+  s.kernel().thaw();
+  s.kernel().flush();
+  std::uint64_t seen_charged = 0, seen_live = 0;
+  {
+    const std::lock_guard guard(recorder.lock);
+    seen_charged = recorder.reaped_charged;
+    seen_live = recorder.reaped_live;
+  }
+  s.check(seen_charged == charged, "the reap events' charges do not add up to what was charged");
+  s.check(seen_charged - seen_live == reclaimed, "charged - live at reap != pages reclaimed");
+  s.detail(std::to_string(charged) + " pages charged, " + std::to_string(reclaimed) +
+           " reclaimed while queued; released exactly the charge");
+  return s.finish();
+}
+
+// A pressure drain (RFC open question 1): with the reaper frozen, drain(2 GiB) tears down the
+// oldest queued mms on the caller; the rest are reaped after thaw.
+row pressure_drain(const run_mode& mode) {
+  scenario s("drain(2 GiB) with backlog", mode, feature_on(gib_pages(12)));
+  s.kernel().freeze();
+  for (int i = 0; i < 16; ++i) {
+    task_ptr t = s.spawn(gib_pages(0.5));
+    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
+  }
+  const teardown::drain_result drained = s.kernel().drain(gib_pages(2));
+  s.check(drained.items == 4, "drain(2 GiB) did not take exactly four 0.5 GiB mms");
+  s.check(s.kernel().vmstat().drained == 4, "vmstat drained != 4");
+  s.kernel().thaw();
+  s.detail("drained " + std::to_string(drained.items) + " mms (" + std::to_string(drained.cost) +
+           " pages) on the caller; the rest reaped");
+  return s.finish();
+}
+
+// Shutdown with a backlog (and the reaper frozen): everything queued is torn down; later exits
+// go sync.
+row shutdown_with_backlog(const run_mode& mode) {
+  scenario s("shutdown with backlog", mode, feature_on(gib_pages(12)));
+  s.kernel().freeze();
+  for (int i = 0; i < 16; ++i) {
+    task_ptr t = s.spawn(gib_pages(0.5));
+    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
+  }
+  s.kernel().shutdown();
+  s.check(s.kernel().vmstat().reaped == 16, "shutdown left part of the backlog");
+  task_ptr after = s.spawn(gib_pages(0.5));
+  s.check(s.exit(*after) == decision::sync_stopped, "an exit after shutdown was not sync_stopped");
+  s.detail("16 x 0.5 GiB backlog torn down by shutdown (frozen reaper); a later exit sync");
+  return s.finish();
+}
+
+void print(const std::vector<row>& rows, const run_mode& mode) {
+  std::printf("teardown stress matrix (%s memory, page %zu B, 0.5 GiB = %llu pages)\n\n",
+              mode.memory == backing::real ? "real" : "simulated", mm_system::page_size(),
+              static_cast<unsigned long long>(gib_pages(0.5)));
+  std::printf("%-32s %6s %6s %6s %6s %6s %7s %9s %9s %7s %6s\n", "scenario", "exits", "queued", "sync", "reject",
+              "reaped", "pending", "max_admit", "cap", "over*", "result");
+  for (const row& r : rows) {
+    std::printf("%-32s %6llu %6llu %6llu %6llu %6llu %7llu %9llu %9llu %7llu %6s\n", r.name.c_str(),
+                static_cast<unsigned long long>(r.exits), static_cast<unsigned long long>(r.stats.queued),
+                static_cast<unsigned long long>(r.stats.sync), static_cast<unsigned long long>(r.stats.rejected),
+                static_cast<unsigned long long>(r.stats.reaped), static_cast<unsigned long long>(r.stats.pending_pages),
+                static_cast<unsigned long long>(r.high_water), static_cast<unsigned long long>(r.cap),
+                static_cast<unsigned long long>(r.counter_over_cap), r.failures.empty() ? "PASS" : "FAIL");
+  }
+  std::printf("\n* over: monitor samples where the pending counter was above the cap (a failing add-then-check\n"
+              "  reserve taking its charge back); max_admit, the budget's high-water mark, is what was admitted.\n\n");
+  for (const row& r : rows) {
+    std::printf("%s: %s\n", r.name.c_str(), r.detail.c_str());
+    for (const std::string& f : r.failures) std::printf("  FAIL: %s\n", f.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  run_mode mode;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--long") == 0) {
+      mode.memory = backing::real;
+      mode.repeat = 2;
+    } else {
+      std::fprintf(stderr, "usage: %s [--long]\n", argv[0]);
+      return 2;
+    }
+  }
+  teardown::trace::set_hook<teardown::trace::queue_event>(&on_queue);
+  teardown::trace::set_hook<teardown::trace::reap_event>(&on_reap);
+
+  std::vector<row> rows;
+  for (auto* scenario_fn : {&backpressure, &oom_kill_during_backlog, &oom_targeted_probes, &toggle_mid_drain,
+                            &toggle_cycles, &freeze_thaw, &charge_memoisation, &pressure_drain, &shutdown_with_backlog}) {
+    rows.push_back(scenario_fn(mode));
+  }
+  teardown::trace::clear_hook<teardown::trace::queue_event>();
+  teardown::trace::clear_hook<teardown::trace::reap_event>();
+
+  print(rows, mode);
+  const bool all_pass = std::all_of(rows.begin(), rows.end(), [](const row& r) { return r.failures.empty(); });
+  std::printf("\n%s\n", all_pass ? "ALL PASS" : "SOME ROWS FAILED");
+  return all_pass ? 0 : 1;
+}
