@@ -50,15 +50,17 @@
 //   enable, disable, set_enabled   any thread; writers serialize (static_key).
 //   set_threshold, set_max_pending, stats, stalled   any thread; wait-free.
 //
-// Memory ordering: nothing here adds any. The item's contents reach the reaper through the
-// llist (release add, acquire del_all), the charge included, since it is written before the
-// enqueue. Counters, the threshold and the toggle are relaxed: they publish nothing.
+// Memory ordering: the item's contents reach the reaper through the llist (release add, acquire
+// del_all), the charge included, since it is written before the enqueue. The threshold and the
+// toggle are relaxed: they publish nothing. Counters are relaxed except where a snapshot needs
+// one counter's add to carry another's (see Counters).
 //
 // Counters (stats()): queued + sync = put calls; rejected and stalled are subsets of sync;
 // reaped counts queued items torn down, by the reaper or by drain (drained is that subset);
-// once flush() returns with no put running, reaped == queued and pending == 0. The snapshot
-// reads each subset before its superset, and reaped before queued, so a snapshot taken while
-// puts run never shows a subset larger than its superset.
+// once flush() returns with no put running, reaped == queued and pending == 0. A subset is
+// added after its superset, with release, and the snapshot reads it first, with acquire (reaped
+// likewise before queued), so a snapshot taken while puts run never shows a subset larger than
+// its superset, on any CPU.
 //
 // With Key = const_key<false> the deferred path is compiled out: no reaper thread, no counters,
 // no trace points; put() is traits.destroy(item) and returns sync_disabled.
@@ -270,9 +272,11 @@ class async_teardown {
         if (charge > max_cost - result.cost) return false;
         result.cost += charge;
         ++result.items;
-        drained_.add();
         return true;
       });
+      // After the teardowns (and their reaped counts): a subset never overtakes its superset.
+      // release: pairs with the acquire read in stats().
+      if (result.items != 0) drained_.add(result.items, std::memory_order_release);
     }
     return result;
   }
@@ -328,11 +332,14 @@ class async_teardown {
   async_teardown_stats stats() const noexcept {
     async_teardown_stats s;
     if constexpr (!compiled_out) {
-      s.drained = drained_.read();
-      s.reaped = reaped_.read();
+      // Each subset with acquire before its superset: a snapshot that sees a subset's add (a
+      // release, made after the superset's) sees the superset's too. reaped's release comes
+      // after queued's add through the llist's release/acquire.
+      s.drained = drained_.read(std::memory_order_acquire);
+      s.reaped = reaped_.read(std::memory_order_acquire);
       s.queued = queued_.read();
-      s.rejected = rejected_.read();
-      s.stalled = stalled_.read();
+      s.rejected = rejected_.read(std::memory_order_acquire);
+      s.stalled = stalled_.read(std::memory_order_acquire);
       s.sync = sync_.read();
       s.errors = reaper_->stats().errors;
     }
@@ -361,9 +368,9 @@ class async_teardown {
   }
 
   decision tear_down_inline(T& item, std::uint64_t cost, decision why) {
-    sync_.add();  // before its subsets: a snapshot reads the subsets first
-    if (why == decision::sync_rejected) rejected_.add();
-    if (why == decision::sync_stalled) stalled_.add();
+    sync_.add();  // before its subsets; release: pairs with the acquire reads in stats()
+    if (why == decision::sync_rejected) rejected_.add(1, std::memory_order_release);
+    if (why == decision::sync_stalled) stalled_.add(1, std::memory_order_release);
     trace::sync(item_id(item), cost, to_string(why));
     traits_.destroy(item);
     return why;
@@ -388,7 +395,7 @@ class async_teardown {
       std::uint64_t charge;
       ~settle() {
         self->budget_.release(charge);
-        self->reaped_.add();
+        self->reaped_.add(1, std::memory_order_release);  // pairs with the acquire read in stats()
       }
     } settle_after_destroy{this, charge};
     traits_.destroy(item);  // may free item

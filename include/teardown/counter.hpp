@@ -26,8 +26,10 @@
 // is read coherently), and once every add has happened-before the read (say, after the adders
 // were joined), read() is exact.
 //
-// Memory ordering: all relaxed. A counter publishes no data; nothing may be inferred about
-// other memory from a value read here.
+// Memory ordering: relaxed by default. A counter publishes no data; nothing may be inferred
+// about other memory from a value read here. A caller that keeps two counters in a relation (a
+// subset counted after its superset, say) may add to the later one with release and read it
+// first with acquire: a reader that sees that add then also sees every add made before it.
 #pragma once
 
 #include <pthread.h>
@@ -118,15 +120,16 @@ class sharded_counter {
   sharded_counter(const sharded_counter&) = delete;
   sharded_counter& operator=(const sharded_counter&) = delete;
 
-  /// Lock-free; see the header comment.
-  void add(std::uint64_t n = 1) noexcept {
-    shards_[detail::this_thread_shard_index() & mask_].value.fetch_add(n, std::memory_order_relaxed);
+  /// Lock-free; see the header comment. `order` is for callers that read several counters as
+  /// one snapshot (see "Memory ordering").
+  void add(std::uint64_t n = 1, std::memory_order order = std::memory_order_relaxed) noexcept {
+    shards_[detail::this_thread_shard_index() & mask_].value.fetch_add(n, order);
   }
 
   /// Wait-free; see "Snapshot semantics" in the header comment.
-  std::uint64_t read() const noexcept {
+  std::uint64_t read(std::memory_order order = std::memory_order_relaxed) const noexcept {
     std::uint64_t sum = 0;
-    for (std::size_t i = 0; i <= mask_; ++i) sum += shards_[i].value.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i <= mask_; ++i) sum += shards_[i].value.load(order);
     return sum;
   }
 

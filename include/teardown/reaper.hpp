@@ -390,6 +390,13 @@ class reaper final : private detail::fork_participant {
     }
     llist_batch<T, Hook> offered = queue_.del_all().reverse();
     llist_chain<T, Hook> declined;  // front = newest, as on the queue
+    // take and fn run below on this thread: a flush, freeze or stop from them would wait for
+    // this very call, so they are refused as they are on the worker.
+    const struct reaping_here_scope {
+      const reaper* previous;
+      explicit reaping_here_scope(const reaper* self) noexcept : previous(std::exchange(reaping_here_, self)) {}
+      ~reaping_here_scope() { reaping_here_ = previous; }
+    } reaping_here(this);
     std::size_t torn_down = 0;
     while (T* item = offered.pop_front()) {
       bool here = false;
@@ -668,18 +675,21 @@ class reaper final : private detail::fork_participant {
     if (flush_waits) request_locked();
     control_changed_.notify_all();
     lock.unlock();
-    if (was_empty || flush_waits) kick();
-    // acquire: pairs with the worker's STOPPED exchange. A stopped reaper has no worker to
-    // hand the items back to.
-    if (requeued && (state_.load(std::memory_order_acquire) & stopped_bit)) drain_inline();
+    if (!requeued && !flush_waits) return;
+    // An RMW, not a load: like enqueue's kick, it is ordered against the worker's STOPPED
+    // exchange, so either the worker's final drain sees the items put back or this sees STOPPED.
+    if ((kick() & stopped_bit) && requeued) drain_inline();
   }
 
   // Under control_mutex_: tell the worker to look at the requests.
   void request_locked() noexcept { control_requested_.store(true, std::memory_order_relaxed); }
 
-  void kick() noexcept {
+  // Returns the state word before the kick.
+  std::uint32_t kick() noexcept {
     // acq_rel for the same reasons as in enqueue.
-    if (state_.fetch_or(kicked_bit, std::memory_order_acq_rel) & sleeping_bit) detail::futex_wake_one(state_);
+    const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+    if (previous & sleeping_bit) detail::futex_wake_one(state_);
+    return previous;
   }
 
   bool flush_until(std::chrono::steady_clock::time_point deadline) {
@@ -720,6 +730,10 @@ class reaper final : private detail::fork_participant {
     if (on_worker()) {
       throw std::logic_error(std::string("teardown::reaper::") + operation +
                              ": called from the reaper's own worker (fn); it would wait for itself");
+    }
+    if (reaping_here_ == this) {
+      throw std::logic_error(std::string("teardown::reaper::") + operation +
+                             ": called from take or fn inside reap_on_caller; it would wait for itself");
     }
   }
 
@@ -814,6 +828,9 @@ class reaper final : private detail::fork_participant {
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
   std::uint64_t caller_reaps_ = 0;  // reap_on_caller calls in progress
+
+  // The reaper whose reap_on_caller runs on this thread, if any.
+  static inline thread_local const reaper* reaping_here_ = nullptr;
 };
 
 }  // namespace teardown

@@ -69,6 +69,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -275,9 +276,21 @@ class mm_system {
 
   // ---- mms --------------------------------------------------------------------------------
 
+  /// The largest RSS an mm may have: its size in bytes must fit a size_t (and the page count
+  /// the signed RSS counter).
+  static std::uint64_t max_rss_pages() noexcept {
+    return std::min<std::uint64_t>(SIZE_MAX / page_size(), static_cast<std::uint64_t>(INT64_MAX));
+  }
+
   /// A new mm with mm_users = mm_count = 1 and the given RSS. With backing::real, maps and
   /// touches rss_pages pages (blocking; throws std::system_error if the mapping fails).
+  /// Throws std::invalid_argument, creating nothing, above max_rss_pages().
   mm_struct* mm_alloc(std::uint64_t rss_pages, backing memory = backing::simulated) {
+    if (rss_pages > max_rss_pages()) {
+      throw std::invalid_argument("teardown::model::mm_alloc: an RSS of " + std::to_string(rss_pages) +
+                                  " pages is larger than any address space (at most " +
+                                  std::to_string(max_rss_pages()) + ")");
+    }
     auto mm = std::make_unique<mm_struct>();
     mm->id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
     mm->system = this;
