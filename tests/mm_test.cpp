@@ -1382,5 +1382,35 @@ TEST_F(MmSystemStressTest, SpawnsExitsTogglesAndOomKillsTearEveryMmDownExactlyOn
   for (const process& p : registry) mm_system::mmdrop(*p.mm);
 }
 
+// --- the compile-time-off build (CONFIG_ASYNC_MM_TEARDOWN=n) ----------------------------------
+
+using compiled_out_system = teardown::model::basic_mm_system<teardown::const_key<false>>;
+
+template <class System>
+concept has_toggle_setter = requires(System& kernel) { kernel.set_async_mm_teardown(true); };
+
+TEST_F(MmTest, CompiledOutSystemTearsEveryExitDownInlineAndStartsNoReaper) {
+  compiled_out_system kernel;
+  EXPECT_FALSE(kernel.reaper_statistics().running) << "no reaper thread in the =n build";
+  auto t = kernel.spawn(mm_system::default_thresh_pages() * 4);
+  mm_struct* mm = t->mm();
+  mm_system::mmgrab(*mm);
+  EXPECT_EQ(t->exit(), decision::sync_disabled);
+  EXPECT_EQ(mm->teardowns.load(), 1u) << "torn down before mmput_exit returned";
+  const auto v = kernel.vmstat();
+  EXPECT_EQ(v.queued + v.sync, 0u) << "the =n build has no counters";
+  mm_system::mmdrop(*mm);
+}
+
+TEST_F(MmTest, CompiledOutSystemHasNoToggleKnobButKeepsTheOthers) {
+  compiled_out_system kernel;
+  EXPECT_THROW(kernel.set(mm_system::knob_enabled, "1"), std::invalid_argument);
+  EXPECT_THROW((void)kernel.get(mm_system::knob_enabled), std::invalid_argument);
+  kernel.set(mm_system::knob_thresh, "100");
+  EXPECT_EQ(kernel.get(mm_system::knob_thresh), "100");
+  static_assert(!has_toggle_setter<compiled_out_system> && has_toggle_setter<mm_system>,
+                "the =n build has no toggle to set");
+}
+
 }  // namespace
 }  // namespace teardown_test

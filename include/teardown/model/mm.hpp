@@ -137,8 +137,6 @@ class aio_context {
   std::atomic<std::uint32_t> exit_calls_{0};
 };
 
-class mm_system;
-
 /// The model mm_struct. Created by mm_system::mm_alloc; freed by the mmdrop that takes
 /// mm_count to zero. Fields are public, as in the kernel, with who writes each.
 struct mm_struct {
@@ -153,7 +151,6 @@ struct mm_struct {
   std::uint64_t queued_at_ns = 0;         // written by mmput_exit before the enqueue
   std::atomic<std::uint32_t> teardowns{0};  // __mmput runs: 1 once torn down, never more
   std::uint64_t id = 0;                   // unique per mm_system, for trace events
-  mm_system* system = nullptr;
 
   // The real backing memory, guarded by mmap_lock (reclaim and teardown race on it).
   std::mutex mmap_lock;
@@ -193,9 +190,12 @@ struct mm_system_options {
   reaper_options reaper{.name = "mm_reaper"};
 };
 
-class mm_system {
+/// The kernel. Key = const_key<false> builds it with the deferral compiled out (the series'
+/// CONFIG_ASYNC_MM_TEARDOWN=n): no reaper thread, no toggle knob, every exit inline.
+template <class Key = static_key>
+class basic_mm_system {
   struct mm_traits {
-    mm_system* system;
+    basic_mm_system* system;
     std::uint64_t cost(const mm_struct& mm) const noexcept { return get_mm_rss(mm); }
     bool eligible(const mm_struct& mm, std::uint64_t) const noexcept {
       // MMF_OOM_SKIP: already reaped (or pinned by init). MMF_OOM_TARGETED: an OOM victim's
@@ -212,6 +212,9 @@ class mm_system {
   };
 
  public:
+  // With the deferral compiled out the toggle knob does not exist, as with CONFIG=n.
+  static constexpr bool compiled_out = detail::compiled_off<Key>();
+
   static constexpr std::string_view knob_enabled = "vm.async_mm_teardown";
   static constexpr std::string_view knob_thresh = "vm.async_mm_teardown_thresh_pages";
   static constexpr std::string_view knob_max_pending = "vm.async_mm_teardown_max_pending_pages";
@@ -247,25 +250,25 @@ class mm_system {
     }
 
    private:
-    friend class mm_system;
-    task(mm_system& system, mm_struct& mm) : system_(&system), mm_(&mm) {}
+    friend class basic_mm_system;
+    task(basic_mm_system& system, mm_struct& mm) : system_(&system), mm_(&mm) {}
 
-    mm_system* system_;
+    basic_mm_system* system_;
     mm_struct* mm_;  // guarded by the tasklist lock
     std::atomic<bool> killed_{false};
   };
 
   /// Throws std::invalid_argument (naming the knob) for a bad knob value, std::system_error if
   /// the reaper cannot start.
-  explicit mm_system(mm_system_options opts = {})
+  explicit basic_mm_system(mm_system_options opts = {})
       : async_(make_options(opts), mm_traits{this}) {}
 
-  mm_system(const mm_system&) = delete;
-  mm_system& operator=(const mm_system&) = delete;
+  basic_mm_system(const basic_mm_system&) = delete;
+  basic_mm_system& operator=(const basic_mm_system&) = delete;
 
   /// Tears down everything queued, then stops the reaper. Every task must have exited and every
   /// mm been put before.
-  ~mm_system() = default;
+  ~basic_mm_system() = default;
 
   static std::size_t page_size() noexcept { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
   static std::uint64_t default_thresh_pages() noexcept { return (std::uint64_t{64} << 20) / page_size(); }
@@ -293,7 +296,6 @@ class mm_system {
     }
     auto mm = std::make_unique<mm_struct>();
     mm->id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
-    mm->system = this;
     mm->rss_pages.store(static_cast<std::int64_t>(rss_pages), std::memory_order_relaxed);
     if (memory == backing::real && rss_pages > 0) {
       const std::size_t bytes = static_cast<std::size_t>(rss_pages) * page_size();
@@ -420,7 +422,11 @@ class mm_system {
   // ---- knobs ------------------------------------------------------------------------------
 
   bool async_mm_teardown() const noexcept { return async_.enabled(); }
-  void set_async_mm_teardown(bool on) { async_.set_enabled(on); }
+  void set_async_mm_teardown(bool on)
+    requires(!compiled_out)
+  {
+    async_.set_enabled(on);
+  }
   std::uint64_t thresh_pages() const noexcept { return async_.threshold(); }
   void set_thresh_pages(std::uint64_t pages) { async_.set_threshold(validated(knob_thresh, pages)); }
   std::uint64_t max_pending_pages() const noexcept { return async_.max_pending(); }
@@ -431,10 +437,10 @@ class mm_system {
   /// Throws std::invalid_argument naming the knob, changing nothing, for an unknown knob or a
   /// malformed or out-of-range value.
   void set(std::string_view knob, std::string_view value) {
-    if (knob == knob_enabled) {
+    if (knob == knob_enabled && !compiled_out) {
       const std::uint64_t on = parse(knob, value);
       if (on > 1) throw bad_knob(knob, value, "must be 0 or 1");
-      set_async_mm_teardown(on == 1);
+      if constexpr (!compiled_out) set_async_mm_teardown(on == 1);
     } else if (knob == knob_thresh) {
       set_thresh_pages(parse(knob, value));
     } else if (knob == knob_max_pending) {
@@ -447,7 +453,7 @@ class mm_system {
   /// Reads a knob as sysctl would: the decimal value, no newline. Throws std::invalid_argument
   /// for an unknown knob.
   std::string get(std::string_view knob) const {
-    if (knob == knob_enabled) return async_mm_teardown() ? "1" : "0";
+    if (knob == knob_enabled && !compiled_out) return async_mm_teardown() ? "1" : "0";
     if (knob == knob_thresh) return std::to_string(thresh_pages());
     if (knob == knob_max_pending) return std::to_string(max_pending_pages());
     throw std::invalid_argument("teardown::model: unknown knob \"" + std::string(knob) + "\"");
@@ -562,7 +568,10 @@ class mm_system {
   mutable std::mutex tasklist_lock_;
   std::set<task*> tasks_;  // live tasks; guarded by tasklist_lock_
   // Last: destroyed first, so the backlog is torn down while everything it uses is alive.
-  async_teardown<mm_struct, &mm_struct::reap_node, mm_traits> async_;
+  async_teardown<mm_struct, &mm_struct::reap_node, mm_traits, Key> async_;
 };
+
+/// The kernel with the run-time toggle (vm.async_mm_teardown).
+using mm_system = basic_mm_system<>;
 
 }  // namespace teardown::model
