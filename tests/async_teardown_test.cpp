@@ -127,6 +127,7 @@ static_assert(std::string_view(teardown::to_string(decision::sync_ineligible)) =
 static_assert(std::string_view(teardown::to_string(decision::sync_rejected)) == "rejected");
 static_assert(std::string_view(teardown::to_string(decision::sync_stalled)) == "stalled");
 static_assert(std::string_view(teardown::to_string(decision::sync_stopped)) == "stopped");
+static_assert(std::string_view(teardown::to_string(decision::sync_no_memory)) == "no_memory");
 
 std::vector<item> make_items(std::initializer_list<std::uint64_t> sizes) {
   std::vector<item> items(sizes.size());

@@ -96,10 +96,12 @@ enum class decision : std::uint8_t {
   sync_rejected,    // eligible, but the charge did not fit the budget
   sync_stalled,     // eligible, but the reaper is stalled: queuing would only pile up behind it
   sync_stopped,     // eligible, but the composition was shut down
+  sync_no_memory,   // eligible, but a layer above (deferred.hpp) could not allocate its node;
+                    // async_teardown::put itself never returns it
 };
 
-/// "queued", "disabled", "ineligible", "rejected", "stalled", "stopped": also the reasons the
-/// sync trace point carries.
+/// "queued", "disabled", "ineligible", "rejected", "stalled", "stopped", "no_memory": also the
+/// reasons the sync trace point carries.
 constexpr const char* to_string(decision d) noexcept {
   switch (d) {
     case decision::queued: return "queued";
@@ -108,6 +110,7 @@ constexpr const char* to_string(decision d) noexcept {
     case decision::sync_rejected: return "rejected";
     case decision::sync_stalled: return "stalled";
     case decision::sync_stopped: return "stopped";
+    case decision::sync_no_memory: return "no_memory";
   }
   return "unknown";
 }
@@ -291,7 +294,10 @@ class async_teardown {
     return true;
   }
 
-  /// Parks the reaper between items (put keeps queuing behind it); nests. May block.
+  /// Parks the reaper between items; nests. May block. Puts keep queuing behind a frozen
+  /// reaper until its oldest item has waited past the stall threshold; from then on the
+  /// watchdog (if on) tears new items down inline, as for a starved reaper: a frozen reaper
+  /// makes no progress either.
   void freeze() {
     if constexpr (!compiled_out) reaper_->freeze();
   }

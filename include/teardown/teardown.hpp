@@ -6,6 +6,7 @@
 #include "teardown/atomics.hpp"
 #include "teardown/budget.hpp"
 #include "teardown/counter.hpp"
+#include "teardown/deferred.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/static_key.hpp"
