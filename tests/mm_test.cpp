@@ -269,11 +269,12 @@ TEST_F(MmputExitTest, RssEqualToTheThresholdIsQueued) {
   EXPECT_EQ(kernel.vmstat().queued, 1u);
 }
 
-TEST_F(MmputExitTest, OomSkipMmIsIneligible) {
+// A large mm with `flag` set is torn down inline, unprepared, and never queued.
+void expect_flag_makes_ineligible(unsigned flag) {
   mm_system kernel(async_on());
   mm_struct* mm = kernel.mm_alloc(large);
   grabbed held(mm);
-  teardown::model::set_flag(*mm, MMF_OOM_SKIP);
+  teardown::model::set_flag(*mm, flag);
 
   EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_ineligible);
 
@@ -282,18 +283,9 @@ TEST_F(MmputExitTest, OomSkipMmIsIneligible) {
   EXPECT_EQ(kernel.vmstat().queued, 0u);
 }
 
-TEST_F(MmputExitTest, OomTargetedMmIsIneligible) {
-  mm_system kernel(async_on());
-  mm_struct* mm = kernel.mm_alloc(large);
-  grabbed held(mm);
-  teardown::model::set_flag(*mm, MMF_OOM_TARGETED);
+TEST_F(MmputExitTest, OomSkipMmIsIneligible) { expect_flag_makes_ineligible(MMF_OOM_SKIP); }
 
-  EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_ineligible);
-
-  EXPECT_EQ(teardowns_of(*mm), 1u);
-  EXPECT_EQ(mm->aio.exit_calls(), 1u);
-  EXPECT_EQ(kernel.vmstat().queued, 0u);
-}
+TEST_F(MmputExitTest, OomTargetedMmIsIneligible) { expect_flag_makes_ineligible(MMF_OOM_TARGETED); }
 
 TEST_F(MmputExitTest, MmLargerThanTheWholeBudgetIsRejected) {
   mm_system kernel(async_on(/*max_pending=*/large - 1));

@@ -134,6 +134,18 @@ class scenario {
 
   std::uint64_t id_of(mm_system::task& t) { return t.mm()->id; }
 
+  // Freezes the reaper and queues `count` exits of `pages` each behind it (the RFC's backlog).
+  std::vector<mm_struct*> queue_frozen_backlog(int count, std::uint64_t pages) {
+    system_.freeze();
+    std::vector<mm_struct*> queued;
+    for (int i = 0; i < count; ++i) {
+      task_ptr t = spawn(pages);
+      queued.push_back(t->mm());
+      check(exit(*t) == decision::queued, "a backlog exit was not queued");
+    }
+    return queued;
+  }
+
   void check(bool ok, const std::string& what) {
     if (!ok) {
       const std::lock_guard guard(failures_lock_);
@@ -266,11 +278,7 @@ row backpressure(const run_mode& mode) {
 // sharer) tear down synchronously and are never queued; the backlog drains alongside.
 row oom_kill_during_backlog(const run_mode& mode) {
   scenario s("oom kill during 8 GiB backlog", mode, feature_on(gib_pages(12)));
-  s.kernel().freeze();
-  for (int i = 0; i < 16; ++i) {
-    task_ptr t = s.spawn(gib_pages(0.5));
-    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
-  }
+  s.queue_frozen_backlog(16, gib_pages(0.5));
   const int reps = 3 * mode.repeat;
   std::vector<task_ptr> victims, sharers;
   std::vector<std::uint64_t> victim_ids;
@@ -353,11 +361,7 @@ row oom_targeted_probes(const run_mode& mode) {
 // Disabling mid-drain: the backlog still drains, new exits go sync.
 row toggle_mid_drain(const run_mode& mode) {
   scenario s("toggle off mid-drain", mode, feature_on(gib_pages(12)));
-  s.kernel().freeze();
-  for (int i = 0; i < 16; ++i) {
-    task_ptr t = s.spawn(gib_pages(0.5));
-    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
-  }
+  s.queue_frozen_backlog(16, gib_pages(0.5));
   s.kernel().set("vm.async_mm_teardown", "0");
   s.kernel().thaw();
   std::size_t disabled = 0;
@@ -410,11 +414,7 @@ row toggle_cycles(const run_mode& mode) {
 // drains and the async path works again.
 row freeze_thaw(const run_mode& mode) {
   scenario s("freeze with backlog, thaw", mode, feature_on(gib_pages(12)));
-  s.kernel().freeze();
-  for (int i = 0; i < 16; ++i) {
-    task_ptr t = s.spawn(gib_pages(0.5));
-    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
-  }
+  s.queue_frozen_backlog(16, gib_pages(0.5));
   s.check(s.kernel().vmstat().reaped == 0, "the reaper tore down while frozen");
   s.kernel().thaw();
   s.kernel().flush();
@@ -429,13 +429,7 @@ row freeze_thaw(const run_mode& mode) {
 // returns to exactly 0; the reap trace point shows the gap.
 row charge_memoisation(const run_mode& mode) {
   scenario s("charge memoisation under reclaim", mode, feature_on(gib_pages(12)));
-  s.kernel().freeze();
-  std::vector<mm_struct*> queued;
-  for (int i = 0; i < 16; ++i) {
-    task_ptr t = s.spawn(gib_pages(0.5));
-    queued.push_back(t->mm());
-    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
-  }
+  const std::vector<mm_struct*> queued = s.queue_frozen_backlog(16, gib_pages(0.5));
   const std::uint64_t charged = s.kernel().vmstat().pending_pages;
   std::uint64_t reclaimed = 0;
   for (std::size_t i = 0; i < queued.size(); ++i) reclaimed += s.kernel().reclaim(*queued[i], gib_pages(0.5) * i / 32);
@@ -459,11 +453,7 @@ row charge_memoisation(const run_mode& mode) {
 // oldest queued mms on the caller; the rest are reaped after thaw.
 row pressure_drain(const run_mode& mode) {
   scenario s("drain(2 GiB) with backlog", mode, feature_on(gib_pages(12)));
-  s.kernel().freeze();
-  for (int i = 0; i < 16; ++i) {
-    task_ptr t = s.spawn(gib_pages(0.5));
-    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
-  }
+  s.queue_frozen_backlog(16, gib_pages(0.5));
   const teardown::drain_result drained = s.kernel().drain(gib_pages(2));
   s.check(drained.items == 4, "drain(2 GiB) did not take exactly four 0.5 GiB mms");
   s.check(s.kernel().vmstat().drained == 4, "vmstat drained != 4");
@@ -477,11 +467,7 @@ row pressure_drain(const run_mode& mode) {
 // go sync.
 row shutdown_with_backlog(const run_mode& mode) {
   scenario s("shutdown with backlog", mode, feature_on(gib_pages(12)));
-  s.kernel().freeze();
-  for (int i = 0; i < 16; ++i) {
-    task_ptr t = s.spawn(gib_pages(0.5));
-    s.check(s.exit(*t) == decision::queued, "a backlog exit was not queued");
-  }
+  s.queue_frozen_backlog(16, gib_pages(0.5));
   s.kernel().shutdown();
   s.check(s.kernel().vmstat().reaped == 16, "shutdown left part of the backlog");
   task_ptr after = s.spawn(gib_pages(0.5));
