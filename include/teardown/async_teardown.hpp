@@ -222,9 +222,8 @@ class async_teardown {
         toggle_(detail::make_key<Key>(opts.enabled)),
         threshold_(opts.threshold),
         budget_(opts.max_pending),
-        sync_when_stalled_(opts.sync_when_stalled) {
-    if constexpr (!compiled_out) reaper_.emplace(reap_fn{this}, std::move(opts.reaper));
-  }
+        sync_when_stalled_(opts.sync_when_stalled),
+        reaper_(start_reaper(this, std::move(opts.reaper))) {}
 
   async_teardown(const async_teardown&) = delete;
   async_teardown& operator=(const async_teardown&) = delete;
@@ -365,6 +364,17 @@ class async_teardown {
   const Traits& traits() const noexcept { return traits_; }
 
  private:
+  // Constructs the reaper in place (the optional is initialized straight from the returned
+  // prvalue): optional::emplace would first reset it, which GCC 12 reads, wrongly, as a possible
+  // use of an uninitialized reaper (-Wmaybe-uninitialized at -O1 and above).
+  static std::optional<reaper_type> start_reaper(async_teardown* self, reaper_options opts) {
+    if constexpr (compiled_out) {
+      return std::nullopt;
+    } else {
+      return std::optional<reaper_type>(std::in_place, reap_fn{self}, std::move(opts));
+    }
+  }
+
   std::uint64_t item_id(const T& item) const noexcept {
     if constexpr (requires { traits_.id(item); }) {
       return static_cast<std::uint64_t>(traits_.id(item));
