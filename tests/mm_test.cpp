@@ -1374,6 +1374,26 @@ TEST_F(MmSystemStressTest, SpawnsExitsTogglesAndOomKillsTearEveryMmDownExactlyOn
   for (const process& p : registry) mm_system::mmdrop(*p.mm);
 }
 
+// --- CPU accounting (RFC open question 3) -------------------------------------------------------
+
+TEST_F(MmTest, ReaperChargesAQueuedMmsTeardownCpuToItsOwner) {
+  mm_system kernel(async_on());
+  std::atomic<std::uint64_t> cgroup_cpu_ns{0}, bystander_cpu_ns{0};
+  auto owned = kernel.spawn(large, backing::real);
+  owned->mm()->cpu_owner = &cgroup_cpu_ns;
+  auto other = kernel.spawn(large, backing::real);
+  other->mm()->cpu_owner = &bystander_cpu_ns;
+  kernel.freeze();
+  EXPECT_EQ(owned->exit(), decision::queued);
+  kernel.thaw();
+  kernel.flush();
+  EXPECT_GT(cgroup_cpu_ns.load(), 0u) << "the reaper's CPU for the teardown went to the mm's owner";
+  kernel.set_async_mm_teardown(false);
+  EXPECT_EQ(other->exit(), decision::sync_disabled);
+  EXPECT_EQ(bystander_cpu_ns.load(), 0u) << "an inline teardown is the exiting thread's own CPU";
+}
+
+
 // --- the compile-time-off build (CONFIG_ASYNC_MM_TEARDOWN=n) ----------------------------------
 
 using compiled_out_system = teardown::model::basic_mm_system<teardown::const_key<false>>;

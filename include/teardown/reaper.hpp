@@ -627,7 +627,7 @@ class reaper final : private detail::fork_participant {
     std::uint64_t cpu_before = 0;
     if constexpr (cpu_accounted<T>) {
       owner = teardown_cpu_owner(item);
-      cpu_before = detail::thread_cpu_ns();
+      if (owner != nullptr) cpu_before = detail::thread_cpu_ns();
     }
     try {
       fn_(item);  // may free item

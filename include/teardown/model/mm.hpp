@@ -150,6 +150,9 @@ struct mm_struct {
                                           // releases exactly this
   std::uint64_t queued_at_ns = 0;         // written by mmput_exit before the enqueue
   std::atomic<std::uint32_t> teardowns{0};  // __mmput runs: 1 once torn down, never more
+  std::atomic<std::uint64_t>* cpu_owner = nullptr;  // if set before the exit: where the reaper
+                                          // adds the CPU nanoseconds of this mm's teardown (a
+                                          // cgroup's account; RFC open question 3)
   std::uint64_t id = 0;                   // unique per mm_system, for trace events
 
   // The real backing memory, guarded by mmap_lock (reclaim and teardown race on it).
@@ -168,6 +171,10 @@ inline void set_flag(mm_struct& mm, unsigned bit) noexcept {
 inline std::uint64_t get_mm_rss(const mm_struct& mm) noexcept {
   return static_cast<std::uint64_t>(std::max<std::int64_t>(mm.rss_pages.load(std::memory_order_relaxed), 0));
 }
+
+/// Found by the reaper (argument-dependent lookup; reaper.hpp's cpu_accounted): the teardown
+/// of an mm that names a cpu_owner is timed on the reaper and charged there.
+inline std::atomic<std::uint64_t>* teardown_cpu_owner(mm_struct& mm) noexcept { return mm.cpu_owner; }
 
 /// A vmstat snapshot: the series' three counters and what the model adds.
 struct vmstat {
