@@ -9,7 +9,8 @@
 //   torn down    from that call until the teardown is done (munmap returned: the pages are free)
 //   MemAvailable from that call until /proc/meminfo's MemAvailable has recovered (within a
 //                tenth of what the process took, or 64 MiB; the kernel folds its per-CPU page
-//                counts into it lazily, so this lags the real moment a little)
+//                counts into it lazily, so this lags the real moment a little; "n/a" when
+//                other processes kept it from recovering within 10 s)
 //   CPU          the reaper's CPU for the teardowns against the inline CPU for the same work
 // plus a process below the threshold (the sync path with the feature on and off) and the
 // compile-time-off build (basic_mm_system<const_key<false>>, the kernel's CONFIG=n).
@@ -78,14 +79,16 @@ const bool show_progress = isatty(STDERR_FILENO) != 0;
 // Spawns a process of `pages`, exits it and measures. `progress` names the populate step.
 template <class System>
 sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
-  const double before = mem_available();
   const auto populate_start = clock_type::now();
   if (show_progress) std::fprintf(stderr, "\r  populating %-40s", progress);
   auto task = kernel.spawn(pages, backing::real);
   if (show_progress) {
     std::fprintf(stderr, "\r  populated  %-40s %.1f s", progress, ms_between(populate_start, clock_type::now()) / 1e3);
   }
-  const double populated = before - mem_available();
+  // What the exit should give back, measured from just before it: the populate took seconds,
+  // during which other processes move MemAvailable too; the exit takes milliseconds.
+  const double populated = double(pages) * double(mm_system::page_size());
+  const double before_exit = mem_available();
 
   sample s;
   const double cpu_start = thread_cpu_ms();
@@ -95,13 +98,14 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
   s.exit_cpu_ms = thread_cpu_ms() - cpu_start;
   kernel.flush();  // the teardown is done once this returns
   s.torn_down_ms = ms_between(start, clock_type::now());
-  // Other activity on the machine moves MemAvailable too, hence the slack. Bounded: 10 s.
-  const double slack = std::max(populated / 10, double(64 << 20));
+  // Other activity on the machine moves MemAvailable too, hence the slack. Bounded: 10 s; a
+  // timeout is reported as not measured (negative).
+  const double target = before_exit + populated - std::max(populated / 10, double(64 << 20));
   const auto deadline = clock_type::now() + std::chrono::seconds(10);
-  while (mem_available() < before - slack && clock_type::now() < deadline) {
+  while (mem_available() < target && clock_type::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  s.available_ms = ms_between(start, clock_type::now());
+  s.available_ms = clock_type::now() < deadline ? ms_between(start, clock_type::now()) : -1;
   if (show_progress) std::fprintf(stderr, "\r%-70s\r", "");
   return s;
 }
@@ -184,7 +188,9 @@ int main(int argc, char** argv) {
     for (double ms : off.exit_cpu_ms) inline_cpu += ms;
     char torn_down[40], available[40];
     std::snprintf(torn_down, sizeof torn_down, "%.1f / %.1f", median(off.torn_down_ms), median(on.torn_down_ms));
-    std::snprintf(available, sizeof available, "%.1f / %.1f", median(off.available_ms), median(on.available_ms));
+    const auto shown = [](double ms) { return ms < 0 ? std::string("n/a") : std::to_string(ms).substr(0, std::to_string(ms).find('.') + 2); };
+    std::snprintf(available, sizeof available, "%s / %s", shown(median(off.available_ms)).c_str(),
+                  shown(median(on.available_ms)).c_str());
     std::printf("%-22s %10.2f %10.1f %9.0fx %18s %18s %12.2f\n", size_label(gib).c_str(), median(off.exit_ms),
                 median(on.exit_ms) * 1e3, median(off.exit_ms) / median(on.exit_ms), torn_down, available,
                 inline_cpu > 0 ? on.reaper_cpu_ms / inline_cpu : 0.0);

@@ -1,4 +1,4 @@
-# Sourced by demo.sh and test.sh: installs the Debian packages a script needs, and only those
+# Sourced by scripts/demo.sh, scripts/test.sh and benchmarks/run.sh: installs the Debian packages a script needs, and only those
 # that are missing. Needs root (or sudo) only when something is missing.
 
 ensure_packages() {
@@ -31,3 +31,6 @@ ensure_packages() {
 build_packages=(cmake ninja-build g++ pkg-config libatomic-ops-dev systemtap-sdt-dev)
 test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev
                libboost-dev libck-dev liburcu-dev spin)
+
+# What benchmarks/run.sh needs to draw its plots (Debian's python3 with matplotlib).
+plot_packages=(python3-matplotlib)

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The one-command benchmark run: installs what is missing, builds the bench preset (GCC,
+# Release), runs every benchmark with JSON output, describes the machine and draws the plots.
+#
+# Usage: benchmarks/run.sh [--quick] [--img-dir DIR] [OUT_DIR]
+#   OUT_DIR      where NAME.json, NAME.txt (the console output), machine.txt and plot.txt (the
+#                markdown tables) go; default benchmarks/results
+#   --quick      a smoke test of about a minute: each case runs for 0.01 s, once, and
+#                exit_matrix gets --quick. Its figures are not for publishing, so its plots go
+#                to OUT_DIR/img unless --img-dir says otherwise.
+#   --img-dir    where the PNGs go (default docs/img, or OUT_DIR/img with --quick)
+#
+# Full runs repeat each case 3 times and keep the aggregates (mean, median, stddev, cv). Run it
+# on an otherwise idle machine: every benchmark uses all hardware threads.
+set -euo pipefail
+
+usage() { sed -n '5,11s/^# \{0,1\}//p' "$0"; }
+
+quick=false
+out_dir=""
+img_dir=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --quick) quick=true ;;
+    --img-dir) [ "$#" -ge 2 ] || { usage >&2; exit 2; }; img_dir=$2; shift ;;
+    --img-dir=*) img_dir=${1#--img-dir=} ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "run.sh: unknown option: $1" >&2; usage >&2; exit 2 ;;
+    *) [ -z "$out_dir" ] || { usage >&2; exit 2; }; out_dir=$1 ;;
+  esac
+  shift
+done
+
+# Paths given on the command line are relative to where run.sh was started; the defaults are
+# relative to the repository.
+root=$(cd "$(dirname "$0")/.." && pwd)
+out_dir=$(realpath -m "${out_dir:-$root/benchmarks/results}")
+if [ -z "$img_dir" ]; then
+  if $quick; then img_dir=$out_dir/img; else img_dir=$root/docs/img; fi
+fi
+img_dir=$(realpath -m "$img_dir")
+cd "$root"
+
+# shellcheck source=scripts/packages.sh
+source scripts/packages.sh
+# The benchmarks' peers (Boost, Concurrency Kit, liburcu) and Google Benchmark are among the test
+# packages; the plots need Debian's python3 with matplotlib (not whatever python3 is on PATH).
+ensure_packages "${build_packages[@]}" "${test_packages[@]}" "${plot_packages[@]}"
+python=/usr/bin/python3
+
+echo "==> configuring and building the benchmarks (preset: bench)"
+cmake --preset bench >/dev/null
+cmake --build --preset bench -j "$(nproc)"
+
+mkdir -p "$out_dir"
+# A figure left from an earlier run must not be plotted as this run's.
+rm -f "$out_dir"/{llist_bench,gate_bench,reaper_bench,exit_matrix}.{json,txt} "$out_dir/plot.txt"
+bin=build/bench/benchmarks
+wrote=()
+
+describe_machine() {
+  local model
+  model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
+  echo "cpu model: ${model:-unknown}"
+  echo "cpus (nproc): $(nproc)"
+  awk '/^MemTotal:/ { printf "memory: %.1f GiB (MemTotal %d kB)\n", $2 / 1048576, $2 }' \
+    /proc/meminfo
+  echo "kernel: $(uname -r)"
+  echo "compiler: $(g++ --version | head -n 1)"
+  echo "google benchmark: $(dpkg-query -W -f='${Version}' libbenchmark-dev 2>/dev/null)"
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  if $quick; then echo "mode: --quick (smoke test, 0.01 s per case, no repetitions)"; fi
+}
+describe_machine >"$out_dir/machine.txt"
+wrote+=("$out_dir/machine.txt")
+cat "$out_dir/machine.txt"
+
+if $quick; then
+  bench_args=(--benchmark_min_time=0.01)
+else
+  bench_args=(--benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
+fi
+
+started=$SECONDS
+for name in llist_bench gate_bench reaper_bench; do
+  echo "==> $name ${bench_args[*]}"
+  "$bin/$name" "${bench_args[@]}" --benchmark_format=console \
+    --benchmark_out="$out_dir/$name.json" --benchmark_out_format=json 2>&1 \
+    | tee "$out_dir/$name.txt"
+  wrote+=("$out_dir/$name.json" "$out_dir/$name.txt")
+done
+
+if [ -x "$bin/exit_matrix" ]; then
+  exit_args=(--out "$out_dir/exit_matrix.json")
+  if $quick; then exit_args+=(--quick); fi
+  echo "==> exit_matrix ${exit_args[*]}"
+  "$bin/exit_matrix" "${exit_args[@]}" 2>&1 | tee "$out_dir/exit_matrix.txt"
+  wrote+=("$out_dir/exit_matrix.json" "$out_dir/exit_matrix.txt")
+else
+  echo "==> exit_matrix skipped: $bin/exit_matrix was not built"
+fi
+echo "==> benchmarks took $((SECONDS - started)) s"
+
+echo "==> plotting into $img_dir"
+mkdir -p "$img_dir"
+"$python" benchmarks/plot.py "$out_dir" "$img_dir" | tee "$out_dir/plot.txt"
+wrote+=("$out_dir/plot.txt")
+for image in "$img_dir"/*.png; do
+  # Only those this run drew (or redrew).
+  if [ -f "$image" ] && [ "$image" -nt "$out_dir/machine.txt" ]; then wrote+=("$image"); fi
+done
+
+echo
+echo "run.sh wrote:"
+printf '  %s\n' "${wrote[@]}"
