@@ -1,5 +1,6 @@
-# Sourced by scripts/demo.sh, scripts/test.sh and benchmarks/run.sh: installs the Debian packages a script needs, and only those
-# that are missing. Needs root (or sudo) only when something is missing.
+# Sourced by scripts/demo.sh, scripts/test.sh and benchmarks/run.sh: installs the Debian
+# packages a script needs, and only those that are missing. Needs root (or sudo) only when
+# something is missing.
 
 ensure_packages() {
   local missing=()
