@@ -1,0 +1,1398 @@
+// exit_matrix — the seed RFC's benchmark matrix ("Numbers" in the cover letter of seed 000), side
+// by side, on the model kernel with real memory, in one run. A plain program, not Google
+// Benchmark: every row is a macro measurement of milliseconds to seconds with its own
+// repetitions, summarised as median / min / max. JSON on stdout (or --out), progress lines and a
+// table at the end on stderr.
+//
+// The model. A "process" is a teardown::model task whose mm is backed by real memory: spawn()
+// maps an anonymous region of the RSS and touches every page; its exit() runs mmput_exit, which
+// tears the mm down inline (munmap on the exiting thread) or queues it for the mm_reaper thread
+// (nice 19). Three kernels take turns within each repetition, so that drift hits them alike:
+//   off            teardown::model::mm_system, vm.async_mm_teardown = 0
+//   on             the same with vm.async_mm_teardown = 1 and max_pending_pages raised to 3/4 of
+//                  RAM, as the seed does "so the measurements exercise the reaper, not the
+//                  backpressure fallback" (the default RAM/4 would send a large mm back to the
+//                  sync path)
+//   compiled_out   basic_mm_system<teardown::const_key<false>>: no reaper, no toggle (CONFIG=n)
+// Unlike a kernel exit, all model processes live in this one process: a teardown is munmap of a
+// mapping in a multi-threaded process (it may shoot down TLBs on the CPUs running our other
+// threads) rather than exit_mmap of a dying mm. The shadow_peer row uses real processes.
+//
+// The rows (kind in the JSON):
+//   exit_latency      per size (--sizes, GiB) and kernel: populate one process, then
+//                     exit_path_ms   the task->exit() that drops the last reference, on the
+//                                    calling thread (the seed's "kill -> reap" analogue)
+//                     memory_back_ms from the start of that exit until flush() returned AND
+//                                    the free memory is back within 10% of the process size of
+//                                    its value before populating, polled about every 1 ms;
+//                                    bounded (5 s + 1 s per GiB). A repetition that hits the
+//                                    bound counts the bound and is counted in
+//                                    memory_back_timeouts. Free memory = MemAvailable plus the
+//                                    pages on the per-CPU free lists (memory_gauge says why).
+//                     reduction      on rows: off median / on median of exit_path_ms.
+//                     decisions      {"queued", "sync"}: what mmput_exit decided, all reps
+//                                    (off and on rows), so an on row shows that it queued.
+//   simultaneous      M (--m) processes of --each GiB (0.5), all populated first (in parallel),
+//                     then exited at once from M threads released by one std::latch.
+//                     tail_ms          from the first exit's start until every process is torn
+//                                      down: the exits returned, flush() returned and the memory
+//                                      is back (as above, for all M)
+//                     exit_path_max_ms the slowest single exit() call
+//                     exits_done_ms    from the first exit's start until the last exit() call
+//                                      returned: what the seed's "tail until ALL reaped" measures
+//   below_threshold   a 30 MiB process (below the 64 MiB default threshold: the sync path either
+//                     way), async off vs on, exit_path_ms over --below-reps (21) repetitions.
+//   drain             a backlog of --drain-backlog GiB in --each GiB processes is queued behind a
+//                     frozen reaper (freeze()); seconds = thaw() until flush() returns;
+//                     gib_per_s = backlog / median seconds.
+//   cpu_conservation  5 consecutive teardowns of --cpu-size GiB, one process at a time: async
+//                     off, the exiting thread's CLOCK_THREAD_CPUTIME_ID over the five exit()
+//                     calls; async on, the reaper's worker_cpu_ns over a fully drained window
+//                     (flushed before the first exit, flushed after each, read after the last).
+//                     The reaper's figure includes its polling and wake-ups. ratio =
+//                     reaper / inline (medians over the repetitions).
+//   shadow_peer       the process-level technique QEMU uses (-run-with async-teardown=on), on real
+//                     processes. A fork()ed child maps and touches --sizes GiB, and the parent
+//                     times SIGKILL -> waitpid() returning (kill_to_waitpid_ms). With shadow, the
+//                     child first makes a process of its own with clone(CLONE_VM | CLONE_PARENT |
+//                     SIGCHLD) on a small static stack: it shares the child's mm (one more
+//                     mm_users reference), blocks in ppoll, and is our child too (CLONE_PARENT),
+//                     so we can reap it. The killed child's exit then only drops its reference;
+//                     the teardown is paid when we kill the shadow (shadow_teardown_ms, SIGKILL ->
+//                     waitpid). memory_held_by_shadow says whether the free memory was still down
+//                     by half the size once the child was reaped, in every repetition. Both
+//                     processes set PR_SET_PDEATHSIG = SIGKILL, and every pid is killed and
+//                     reaped on every path out, so nothing outlives a repetition.
+//
+// The memory rule: nothing populates more than --mem-fraction (0.6) of MemAvailable, read just
+// before each row. A row that does not fit is "skipped" with the reason and no measurements; the
+// drain backlog is cut down to fit instead ("capped" says so; the row keeps its measurements).
+// A row whose run failed (an mmap refused, an exit not queued, a child that never reported) is
+// "skipped": "failed: ..." and keeps whatever repetitions it completed.
+//
+// The seed's figures ("seed" objects) are the cover letter's, from bare metal with 32 CPUs and
+// 32 GB, kernel exits; they are not ours and are there to be read beside ours. Where the letter
+// says GB, the figure is taken as written.
+//
+// JSON. Timings are std::chrono::steady_clock; a summary {S} is {"median", "min", "max"} in the
+// unit its key names; [optional] fields appear only where they apply.
+//   {"benchmark": "exit_matrix",
+//    "machine": {"cpus", "mem_total_gib", "mem_available_gib", "page_size", "cpu_model", "kernel",
+//                "load_average_1m"},
+//    "config": {"reps", "thresh_pages", "max_pending_pages", "note", "below_reps", "each_gib",
+//               "mem_fraction", "quick"},
+//    "rows": [ one object per row, "kind" first and "seed" last:
+//      exit_latency      size_gib, async ("off" | "on" | "compiled_out"), exit_path_ms {S},
+//                        memory_back_ms {S}, [reduction], [decisions], [memory_back_timeouts]
+//      simultaneous      m, size_gib, async ("off" | "on"), tail_ms {S}, exit_path_max_ms {S},
+//                        exits_done_ms {S}, decisions, [memory_back_timeouts]
+//      below_threshold   size_mib, async, exit_path_ms {S}, reps, decisions
+//      drain             backlog_gib, processes, size_gib, seconds {S}, gib_per_s, [capped]
+//      cpu_conservation  size_gib, teardowns (5), inline_cpu_ms, reaper_cpu_ms, ratio,
+//                        on_exit_path_cpu_ms (the exit path's own CPU with async on), reps
+//      shadow_peer       size_gib, shadow (bool), kill_to_waitpid_ms {S}, [shadow_teardown_ms {S},
+//                        memory_held_by_shadow]
+//      any row           [skipped] (the reason; a skipped row may lack its measurements),
+//                        [seed] {"source", the seed's figures under our keys, "measure"}]}
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <latch>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "teardown/model/mm.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using teardown::model::backing;
+using on_off_kernel = teardown::model::mm_system;
+using compiled_out_kernel = teardown::model::basic_mm_system<teardown::const_key<false>>;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr int kTeardownsPerCpuWindow = 5;
+constexpr double kBelowThresholdMiB = 30;
+constexpr const char* kSeedSource = "seed 000 cover letter, bare metal 32 CPUs";
+
+double ms_between(clock_type::time_point from, clock_type::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+void progress(const char* format, ...) __attribute__((format(printf, 1, 2)));
+void progress(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::vfprintf(stderr, format, args);
+  va_end(args);
+  std::fflush(stderr);
+}
+
+std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string strprintf(const char* fmt, ...) {
+  char buffer[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buffer, sizeof buffer, fmt, args);
+  va_end(args);
+  return buffer;
+}
+
+// ---- options --------------------------------------------------------------------------------
+
+constexpr std::string_view kRowKinds[] = {"exit_latency", "simultaneous", "below_threshold",
+                                          "drain",        "cpu_conservation", "shadow_peer"};
+
+struct options {
+  std::string out;  // empty: stdout
+  int reps = 3;
+  int below_reps = 21;
+  std::vector<double> sizes_gib{1, 4, 16};
+  std::vector<int> m{8, 16, 32};
+  double each_gib = 0.5;
+  double drain_backlog_gib = 16;
+  double cpu_size_gib = 4;  // the seed's five 4GB teardowns
+  double mem_fraction = 0.6;
+  bool quick = false;
+  std::vector<std::string> rows{std::begin(kRowKinds), std::end(kRowKinds)};
+
+  bool wants(std::string_view kind) const { return std::find(rows.begin(), rows.end(), kind) != rows.end(); }
+};
+
+constexpr const char* kUsage =
+    "usage: exit_matrix [--out FILE] [--reps N] [--sizes 1,4,16] [--m 8,16,32] [--quick]\n"
+    "                   [--rows exit_latency,simultaneous,below_threshold,drain,cpu_conservation,shadow_peer]\n"
+    "                   [--each GIB] [--below-reps N] [--drain-backlog GIB] [--cpu-size GIB]\n"
+    "                   [--mem-fraction F]\n"
+    "  --out FILE          write the JSON there (default: stdout)\n"
+    "  --reps N            repetitions per row (default 3)\n"
+    "  --sizes LIST        GiB per process for exit_latency and shadow_peer (default 1,4,16)\n"
+    "  --m LIST            simultaneous exits (default 8,16,32)\n"
+    "  --each GIB          size of each process in simultaneous and drain (default 0.5)\n"
+    "  --below-reps N      repetitions of below_threshold (default 21)\n"
+    "  --drain-backlog GIB the drain row's backlog (default 16; cut down to fit the memory rule)\n"
+    "  --cpu-size GIB      each of cpu_conservation's five teardowns (default 4, as the seed)\n"
+    "  --mem-fraction F    populate at most F of MemAvailable (default 0.6)\n"
+    "  --quick             smoke test in seconds: sizes 0.25, M 2,4, each 0.25, reps 1,\n"
+    "                      below-reps 5, drain-backlog 1, cpu-size 0.25 (other flags override)\n"
+    "  --rows LIST         run only these row kinds\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "exit_matrix: %s\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+double parse_positive(std::string_view flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !(value > 0) || !std::isfinite(value)) {
+    usage_error(std::string(flag) + ": \"" + text + "\" is not a positive number");
+  }
+  return value;
+}
+
+int parse_count(std::string_view flag, const std::string& text) {
+  const double value = parse_positive(flag, text);
+  if (value != std::floor(value) || value > 100000) usage_error(std::string(flag) + ": \"" + text + "\" is not a count");
+  return static_cast<int>(value);
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = list.find(',', start);
+    parts.push_back(list.substr(start, comma - start));
+    if (comma == std::string::npos) return parts;
+    start = comma + 1;
+  }
+}
+
+options parse_options(int argc, char** argv) {
+  // Explicit flags win over --quick whatever their order: gather them first, apply after.
+  options opts;
+  std::vector<std::pair<std::string, std::string>> flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (arg == "--quick") {
+      opts.quick = true;
+      continue;
+    }
+    std::string name = arg;
+    std::string value;
+    if (const std::size_t eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else {
+      if (i + 1 >= argc) usage_error(arg + " needs a value");
+      value = argv[++i];
+    }
+    flags.emplace_back(name, value);
+  }
+  if (opts.quick) {
+    opts.reps = 1;
+    opts.below_reps = 5;
+    opts.sizes_gib = {0.25};
+    opts.m = {2, 4};
+    opts.each_gib = 0.25;
+    opts.drain_backlog_gib = 1;
+    opts.cpu_size_gib = 0.25;
+  }
+  for (const auto& [name, value] : flags) {
+    if (name == "--out") {
+      opts.out = value;
+    } else if (name == "--reps") {
+      opts.reps = parse_count(name, value);
+    } else if (name == "--below-reps") {
+      opts.below_reps = parse_count(name, value);
+    } else if (name == "--sizes") {
+      opts.sizes_gib.clear();
+      for (const std::string& part : split(value)) opts.sizes_gib.push_back(parse_positive(name, part));
+    } else if (name == "--m") {
+      opts.m.clear();
+      for (const std::string& part : split(value)) opts.m.push_back(parse_count(name, part));
+    } else if (name == "--each") {
+      opts.each_gib = parse_positive(name, value);
+    } else if (name == "--drain-backlog") {
+      opts.drain_backlog_gib = parse_positive(name, value);
+    } else if (name == "--cpu-size") {
+      opts.cpu_size_gib = parse_positive(name, value);
+    } else if (name == "--mem-fraction") {
+      opts.mem_fraction = parse_positive(name, value);
+      if (opts.mem_fraction > 0.95) usage_error("--mem-fraction: at most 0.95");
+    } else if (name == "--rows") {
+      opts.rows.clear();
+      for (const std::string& part : split(value)) {
+        if (std::find(std::begin(kRowKinds), std::end(kRowKinds), part) == std::end(kRowKinds)) {
+          usage_error("--rows: unknown row kind \"" + part + "\"");
+        }
+        opts.rows.push_back(part);
+      }
+    } else {
+      usage_error("unknown flag " + name);
+    }
+  }
+  return opts;
+}
+
+// ---- /proc/meminfo and /proc/zoneinfo ---------------------------------------------------------
+
+// Reads the two files through descriptors kept open, from offset 0 each time.
+//
+// Why both: since Linux 6.7 the per-CPU free lists (PCP) grow on a freeing CPU up to high_max
+// (zone pages / 8, spread over the CPUs: 784 MiB per CPU on the 24 GiB machine of the first
+// runs), and pages on them count as neither MemFree nor MemAvailable. A freshly unmapped
+// gigabyte may therefore not show in MemAvailable at all, while the next allocation takes it
+// straight back from the list. Pages on those lists are free, so the memory-back measure adds
+// them: MemAvailable + the "count:" of every pageset in /proc/zoneinfo.
+class memory_gauge {
+ public:
+  memory_gauge()
+      : meminfo_fd_(open("/proc/meminfo", O_RDONLY | O_CLOEXEC)), zoneinfo_fd_(open("/proc/zoneinfo", O_RDONLY | O_CLOEXEC)) {
+    if (meminfo_fd_ < 0) throw std::system_error(errno, std::generic_category(), "open /proc/meminfo");
+  }
+  memory_gauge(const memory_gauge&) = delete;
+  memory_gauge& operator=(const memory_gauge&) = delete;
+  ~memory_gauge() {
+    close(meminfo_fd_);
+    if (zoneinfo_fd_ >= 0) close(zoneinfo_fd_);
+  }
+
+  std::uint64_t available_bytes() const { return meminfo_field("MemAvailable:"); }
+  std::uint64_t total_bytes() const { return meminfo_field("MemTotal:"); }
+
+  // MemAvailable plus the pages on the per-CPU free lists (MemAvailable alone without
+  // /proc/zoneinfo).
+  std::uint64_t free_bytes() const { return available_bytes() + per_cpu_list_pages() * page_size_; }
+
+ private:
+  static void read_whole(int fd, std::string& into, const char* what) {
+    into.resize(std::max<std::size_t>(into.capacity(), 16384));
+    std::size_t filled = 0;
+    for (;;) {
+      if (filled == into.size()) into.resize(into.size() * 2);
+      const ssize_t got = pread(fd, into.data() + filled, into.size() - filled, static_cast<off_t>(filled));
+      if (got < 0) throw std::system_error(errno, std::generic_category(), what);
+      if (got == 0) break;
+      filled += static_cast<std::size_t>(got);
+    }
+    into.resize(filled);
+  }
+
+  std::uint64_t meminfo_field(std::string_view field) const {
+    read_whole(meminfo_fd_, buffer_, "read /proc/meminfo");
+    const std::size_t at = buffer_.find(field);
+    if (at == std::string::npos) throw std::runtime_error("/proc/meminfo has no " + std::string(field));
+    return std::strtoull(buffer_.c_str() + at + field.size(), nullptr, 10) * 1024;  // the file says kB
+  }
+
+  std::uint64_t per_cpu_list_pages() const {
+    if (zoneinfo_fd_ < 0) return 0;
+    read_whole(zoneinfo_fd_, buffer_, "read /proc/zoneinfo");
+    constexpr std::string_view key = "count:";
+    std::uint64_t pages = 0;
+    for (std::size_t at = buffer_.find(key); at != std::string::npos; at = buffer_.find(key, at + key.size())) {
+      pages += std::strtoull(buffer_.c_str() + at + key.size(), nullptr, 10);
+    }
+    return pages;
+  }
+
+  int meminfo_fd_;
+  int zoneinfo_fd_;  // -1 where unreadable
+  std::uint64_t page_size_ = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  mutable std::string buffer_;
+};
+
+// ---- summaries and JSON -----------------------------------------------------------------------
+
+struct summary {
+  double median = NAN;
+  double min = NAN;
+  double max = NAN;
+};
+
+summary summarize(std::vector<double> samples) {
+  summary s;
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  const std::size_t n = samples.size();
+  s.median = n % 2 == 1 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
+  s.min = samples.front();
+  s.max = samples.back();
+  return s;
+}
+
+// An object whose fields keep their insertion order; values are held as JSON text.
+class json_object {
+ public:
+  json_object& set(std::string key, double value) { return raw(std::move(key), number(value)); }
+  json_object& set(std::string key, int value) { return raw(std::move(key), std::to_string(value)); }
+  json_object& set(std::string key, std::uint64_t value) { return raw(std::move(key), std::to_string(value)); }
+  json_object& set(std::string key, bool value) { return raw(std::move(key), value ? "true" : "false"); }
+  json_object& set(std::string key, const char* value) { return raw(std::move(key), quoted(value)); }
+  json_object& set(std::string key, const std::string& value) { return raw(std::move(key), quoted(value)); }
+  json_object& set(std::string key, const json_object& value) { return raw(std::move(key), value.str()); }
+  json_object& set(std::string key, const summary& s) {
+    return set(std::move(key), json_object().set("median", s.median).set("min", s.min).set("max", s.max));
+  }
+
+  // Moves the field to the end, if there is one.
+  void move_to_end(std::string_view key) {
+    std::stable_partition(fields_.begin(), fields_.end(), [&](const auto& field) { return field.first != key; });
+  }
+
+  std::string str() const {
+    std::string out = "{";
+    for (std::size_t i = 0; i < fields_.size(); ++i) {
+      if (i != 0) out += ", ";
+      out += quoted(fields_[i].first) + ": " + fields_[i].second;
+    }
+    return out + "}";
+  }
+
+ private:
+  json_object& raw(std::string key, std::string json) {
+    fields_.emplace_back(std::move(key), std::move(json));
+    return *this;
+  }
+
+  static std::string number(double value) {
+    if (!std::isfinite(value)) return "null";
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.6g", value);
+    return buffer;
+  }
+
+  static std::string quoted(std::string_view text) {
+    std::string out = "\"";
+    for (const char c : text) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char escape[8];
+        std::snprintf(escape, sizeof escape, "\\u%04x", static_cast<unsigned>(c));
+        out += escape;
+      } else {
+        out += c;
+      }
+    }
+    return out + "\"";
+  }
+
+  std::vector<std::pair<std::string, std::string>> fields_;
+};
+
+json_object seed_object() { return json_object().set("source", kSeedSource); }
+
+// The three kernels a row compares (see the header comment).
+enum class mode { off, on, compiled_out };
+
+const char* name_of(mode m) {
+  switch (m) {
+    case mode::off: return "off";
+    case mode::on: return "on";
+    case mode::compiled_out: return "compiled_out";
+  }
+  return "?";
+}
+
+// ---- the seed's figures -----------------------------------------------------------------------
+
+// kill, async off -> on, and the CONFIG=n control (ms); memory back: the single-rep
+// nr_free_pages watcher readings the letter gives for 16GB.
+struct seed_exit {
+  double gib, off_ms, on_ms;
+  double compiled_out_ms;      // NAN where the letter has none
+  double off_back_ms, on_back_ms;  // NAN where the letter has none
+};
+constexpr seed_exit kSeedExit[] = {
+    {1, 18.01, 0.14, 18.01, NAN, NAN},
+    {4, 73.71, 0.14, NAN, NAN, NAN},
+    {16, 282.16, 0.15, 282.14, 283, 240},
+};
+
+double seed_ms(const seed_exit& seed, mode m) {
+  return m == mode::off ? seed.off_ms : m == mode::on ? seed.on_ms : seed.compiled_out_ms;
+}
+
+// M simultaneous 0.5GB exits, tail until all reaped (ms).
+struct seed_simultaneous {
+  int m;
+  double off_ms, on_ms;
+};
+constexpr seed_simultaneous kSeedSimultaneous[] = {{8, 40.64, 0.15}, {16, 79.99, 0.17}, {32, 157.42, 0.32}};
+
+// ---- the kernels ------------------------------------------------------------------------------
+
+std::uint64_t raised_max_pending_pages() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  return pages > 0 ? static_cast<std::uint64_t>(pages) / 4 * 3 : on_off_kernel::default_max_pending_pages();
+}
+
+teardown::model::mm_system_options kernel_options(bool async) {
+  teardown::model::mm_system_options opts;
+  opts.async_mm_teardown = async;
+  if (async) opts.max_pending_pages = raised_max_pending_pages();
+  return opts;
+}
+
+std::uint64_t pages_for(double bytes) {
+  return static_cast<std::uint64_t>(bytes) / on_off_kernel::page_size();
+}
+
+// One kernel of each mode, alive together so that the repetitions can take turns.
+struct kernels {
+  on_off_kernel off{kernel_options(false)};
+  on_off_kernel on{kernel_options(true)};
+  compiled_out_kernel compiled_out{kernel_options(false)};
+
+  // Calls fn with the kernel of that mode.
+  template <class Fn>
+  decltype(auto) with(mode m, Fn&& fn) {
+    switch (m) {
+      case mode::off: return fn(off);
+      case mode::on: return fn(on);
+      case mode::compiled_out: break;
+    }
+    return fn(compiled_out);
+  }
+};
+
+// Counts mmput_exit's decisions over a row, so that an async-on row shows it really queued.
+struct decision_counts {
+  int queued = 0;
+  int sync = 0;
+
+  void add(std::optional<teardown::decision> d) {
+    if (!d) return;
+    (*d == teardown::decision::queued ? queued : sync) += 1;
+  }
+  json_object json() const { return json_object().set("queued", queued).set("sync", sync); }
+};
+
+// ---- the matrix -------------------------------------------------------------------------------
+
+class matrix {
+ public:
+  explicit matrix(options opts) : opts_(std::move(opts)) {}
+
+  void run() {
+    if (opts_.wants("exit_latency")) exit_latency();
+    if (opts_.wants("simultaneous")) simultaneous();
+    if (opts_.wants("below_threshold")) below_threshold();
+    if (opts_.wants("drain")) drain();
+    if (opts_.wants("cpu_conservation")) cpu_conservation();
+    if (opts_.wants("shadow_peer")) shadow_peer();
+  }
+
+  json_object machine(std::uint64_t available_at_start) const {
+    utsname uts{};
+    uname(&uts);
+    return json_object()
+        .set("cpus", static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))
+        .set("mem_total_gib", static_cast<double>(mem_.total_bytes()) / kGiB)
+        .set("mem_available_gib", static_cast<double>(available_at_start) / kGiB)
+        .set("page_size", static_cast<int>(on_off_kernel::page_size()))
+        .set("cpu_model", cpu_model())
+        .set("kernel", std::string(uts.release))
+        .set("load_average_1m", load_average());
+  }
+
+  json_object config() const {
+    return json_object()
+        .set("reps", opts_.reps)
+        .set("thresh_pages", on_off_kernel::default_thresh_pages())
+        .set("max_pending_pages", raised_max_pending_pages())
+        .set("note",
+             "async-on runs raise max_pending_pages to 3/4 of RAM, as the seed does, so the "
+             "measurements exercise the reaper, not the backpressure fallback; thresh_pages is the "
+             "default (64 MiB). Model processes are anonymous mappings of this one process, touched "
+             "page by page; their teardown is munmap (inline, or on the nice-19 mm_reaper thread). "
+             "memory_back counts as free MemAvailable plus the pages on the per-CPU free lists "
+             "(/proc/zoneinfo count:), which MemAvailable leaves out and which hold up to 1/8 of a zone "
+             "since Linux 6.7. "
+             "shadow_peer uses real fork()ed processes. Seed figures are the cover letter's bare-metal "
+             "32-CPU kernel numbers, not ours.")
+        .set("below_reps", opts_.below_reps)
+        .set("each_gib", opts_.each_gib)
+        .set("mem_fraction", opts_.mem_fraction)
+        .set("quick", opts_.quick);
+  }
+
+  const std::vector<json_object>& rows() const { return rows_; }
+  const std::vector<std::string>& table() const { return table_; }
+
+ private:
+  // ---- helpers ----
+
+  static std::string cpu_model() {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("model name") || line.starts_with("Model")) {
+        const std::size_t colon = line.find(':');
+        if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+      }
+    }
+    return "";
+  }
+
+  // Other work on the machine stretches the nice-19 reaper's share of a CPU: worth recording.
+  static double load_average() {
+    double load[1] = {NAN};
+    return getloadavg(load, 1) == 1 ? load[0] : NAN;
+  }
+
+  // The reason a row that populates `bytes` at once may not run, or nullopt if it fits.
+  std::optional<std::string> over_memory_rule(double bytes) const {
+    const double available = static_cast<double>(mem_.available_bytes());
+    if (bytes <= opts_.mem_fraction * available) return std::nullopt;
+    return strprintf("needs %.2f GiB populated at once, above %.0f%% of MemAvailable (%.2f GiB)", bytes / kGiB,
+                  opts_.mem_fraction * 100, available / kGiB);
+  }
+
+  // Polls the free memory (memory_gauge::free_bytes) about every millisecond until it is within
+  // 10% of `bytes` of `before`; the time it was first seen there, or nullopt once the bound
+  // (5 s + 1 s per GiB) has passed.
+  std::optional<clock_type::time_point> wait_memory_back(std::uint64_t before, double bytes) const {
+    const auto slack = static_cast<std::uint64_t>(0.1 * bytes);
+    const std::uint64_t target = before > slack ? before - slack : 0;
+    const auto deadline = clock_type::now() + std::chrono::milliseconds(5000 + static_cast<int>(1000 * bytes / kGiB));
+    for (;;) {
+      const std::uint64_t available = mem_.free_bytes();
+      const auto now = clock_type::now();
+      if (available >= target) return now;
+      if (now > deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  // A task populated with real memory, timed on stderr.
+  template <class Kernel>
+  static std::unique_ptr<typename Kernel::task> populate(Kernel& kernel, double bytes) {
+    progress("populating %.3g GiB ... ", bytes / kGiB);
+    const auto start = clock_type::now();
+    auto task = kernel.spawn(pages_for(bytes), backing::real);
+    progress("%.1f s", ms_between(start, clock_type::now()) / 1e3);
+    return task;
+  }
+
+  // `count` tasks of `bytes` each, populated by up to one thread per CPU.
+  template <class Kernel>
+  static std::vector<std::unique_ptr<typename Kernel::task>> populate_many(Kernel& kernel, int count, double bytes) {
+    progress("populating %d x %.3g GiB ... ", count, bytes / kGiB);
+    const auto start = clock_type::now();
+    std::vector<std::unique_ptr<typename Kernel::task>> tasks(static_cast<std::size_t>(count));
+    std::atomic<int> next{0};
+    std::exception_ptr failure;
+    std::mutex failure_lock;
+    const int workers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, count);
+    std::vector<std::jthread> threads;  // joined on every way out
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&] {
+        for (int i; (i = next.fetch_add(1, std::memory_order_relaxed)) < count;) {
+          try {
+            tasks[static_cast<std::size_t>(i)] = kernel.spawn(pages_for(bytes), backing::real);
+          } catch (...) {
+            const std::lock_guard lock(failure_lock);
+            if (!failure) failure = std::current_exception();
+          }
+        }
+      });
+    }
+    for (std::jthread& t : threads) t.join();
+    if (failure) std::rethrow_exception(failure);  // the tasks made so far exit as they go
+    progress("%.1f s", ms_between(start, clock_type::now()) / 1e3);
+    return tasks;
+  }
+
+  // The seed's figures come last in a row, after ours.
+  void add_row(json_object row) {
+    row.move_to_end("seed");
+    rows_.push_back(std::move(row));
+  }
+
+  void heading(const char* line) { table_.emplace_back(line); }
+
+  // ---- exit_latency ----
+
+  struct exit_sample {
+    double exit_path_ms = NAN;
+    double memory_back_ms = NAN;
+    bool timed_out = false;
+    std::optional<teardown::decision> decided;
+  };
+
+  // Populates one process, then times its exit and the return of its memory.
+  template <class Kernel>
+  exit_sample timed_exit(Kernel& kernel, double bytes, bool wait_back) {
+    const std::uint64_t before = mem_.free_bytes();
+    auto task = populate(kernel, bytes);
+    exit_sample sample;
+    const auto start = clock_type::now();
+    sample.decided = task->exit();
+    const auto exited = clock_type::now();
+    kernel.flush();
+    sample.exit_path_ms = ms_between(start, exited);
+    if (wait_back) {
+      const auto back = wait_memory_back(before, bytes);
+      sample.timed_out = !back;
+      sample.memory_back_ms = ms_between(start, back.value_or(clock_type::now()));
+    }
+    return sample;
+  }
+
+  void exit_latency() {
+    heading("exit_latency      size GiB  async         exit_path ms med [min, max]       memory_back ms med [min, max]   reduction   seed exit_path");
+    constexpr mode kModes[] = {mode::off, mode::on, mode::compiled_out};
+    for (const double gib : opts_.sizes_gib) {
+      const double bytes = gib * kGiB;
+      const seed_exit* seed = nullptr;
+      for (const seed_exit& s : kSeedExit) {
+        if (s.gib == gib) seed = &s;
+      }
+      auto row_for = [&](mode m) {
+        json_object row;
+        row.set("kind", "exit_latency").set("size_gib", gib).set("async", name_of(m));
+        return row;
+      };
+      auto seed_for = [&](mode m) -> std::optional<json_object> {
+        if (seed == nullptr) return std::nullopt;
+        const double ms = seed_ms(*seed, m);
+        if (std::isnan(ms)) return std::nullopt;
+        json_object o = seed_object();
+        o.set("exit_path_ms", ms).set("measure", "SIGKILL -> waitpid() returns, median");
+        const double back = m == mode::off ? seed->off_back_ms : m == mode::on ? seed->on_back_ms : NAN;
+        if (!std::isnan(back)) {
+          o.set("memory_back_ms", back).set("memory_back_measure", "nr_free_pages recovered after the kill, single-rep watcher reading");
+        }
+        if (m == mode::on) o.set("reduction", seed->off_ms / seed->on_ms);
+        if (m == mode::compiled_out) o.set("measure", "CONFIG_ASYNC_MM_TEARDOWN=n build, SIGKILL -> waitpid() returns, median");
+        return o;
+      };
+
+      if (const auto why = over_memory_rule(bytes)) {
+        for (const mode m : kModes) {
+          json_object row = row_for(m);
+          row.set("skipped", *why);
+          if (auto s = seed_for(m)) row.set("seed", *s);
+          add_row(std::move(row));
+          table_.push_back(strprintf("                  %8.3g  %-12s  skipped: %s", gib, name_of(m), why->c_str()));
+        }
+        continue;
+      }
+
+      kernels k;
+      std::vector<double> exit_ms[3], back_ms[3];
+      int timeouts[3] = {};
+      decision_counts decisions[3];
+      std::optional<std::string> failed;
+      for (int rep = 0; rep < opts_.reps && !failed; ++rep) {
+        for (const mode m : kModes) {
+          const int i = static_cast<int>(m);
+          progress("exit_latency %.3g GiB async=%s rep %d/%d: ", gib, name_of(m), rep + 1, opts_.reps);
+          try {
+            const exit_sample s = k.with(m, [&](auto& kernel) { return timed_exit(kernel, bytes, true); });
+            exit_ms[i].push_back(s.exit_path_ms);
+            back_ms[i].push_back(s.memory_back_ms);
+            timeouts[i] += s.timed_out ? 1 : 0;
+            decisions[i].add(s.decided);
+            progress(", exit %.3f ms, memory back %.1f ms%s (%s)\n", s.exit_path_ms, s.memory_back_ms,
+                     s.timed_out ? " (timed out)" : "", s.decided ? teardown::to_string(*s.decided) : "not last");
+          } catch (const std::exception& e) {
+            failed = std::string("failed: ") + e.what();
+            progress("%s\n", failed->c_str());
+            break;
+          }
+        }
+      }
+
+      const summary off_exit = summarize(exit_ms[0]);
+      for (const mode m : kModes) {
+        const int i = static_cast<int>(m);
+        json_object row = row_for(m);
+        if (failed) row.set("skipped", *failed);
+        if (!exit_ms[i].empty()) {
+          const summary e = summarize(exit_ms[i]);
+          const summary b = summarize(back_ms[i]);
+          row.set("exit_path_ms", e).set("memory_back_ms", b);
+          if (timeouts[i] != 0) row.set("memory_back_timeouts", timeouts[i]);
+          double reduction = NAN;
+          if (m == mode::on && !exit_ms[0].empty()) {
+            reduction = off_exit.median / e.median;
+            row.set("reduction", reduction);
+          }
+          if (m != mode::compiled_out) row.set("decisions", decisions[i].json());
+          const auto s = seed_for(m);
+          table_.push_back(strprintf("                  %8.3g  %-12s  %9.3f [%9.3f, %9.3f]    %9.1f [%9.1f, %9.1f]  %9s   %s",
+                                  gib, name_of(m), e.median, e.min, e.max, b.median, b.min, b.max,
+                                  std::isnan(reduction) ? "" : strprintf("%.1fx", reduction).c_str(),
+                                  s ? strprintf("%.2f ms", seed_ms(*seed, m)).c_str() : ""));
+        }
+        if (auto s = seed_for(m)) row.set("seed", *s);
+        add_row(std::move(row));
+      }
+    }
+  }
+
+  // ---- simultaneous ----
+
+  struct simultaneous_sample {
+    double tail_ms = NAN;
+    double exit_path_max_ms = NAN;
+    double exits_done_ms = NAN;
+    bool timed_out = false;
+    decision_counts decisions;
+  };
+
+  template <class Kernel>
+  simultaneous_sample simultaneous_exits(Kernel& kernel, int m, double bytes_each) {
+    const std::uint64_t before = mem_.free_bytes();
+    auto tasks = populate_many(kernel, m, bytes_each);
+    const auto count = static_cast<std::size_t>(m);
+    std::vector<clock_type::time_point> began(count), ended(count);
+    std::vector<std::optional<teardown::decision>> decided(count);
+    std::latch start(m);
+    std::vector<std::thread> threads;
+    threads.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        began[i] = clock_type::now();
+        decided[i] = tasks[i]->exit();
+        ended[i] = clock_type::now();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    kernel.flush();
+    const auto back = wait_memory_back(before, bytes_each * m);
+
+    simultaneous_sample sample;
+    const auto first = *std::min_element(began.begin(), began.end());
+    const auto last = *std::max_element(ended.begin(), ended.end());
+    double slowest = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      slowest = std::max(slowest, ms_between(began[i], ended[i]));
+      sample.decisions.add(decided[i]);
+    }
+    sample.timed_out = !back;
+    sample.tail_ms = ms_between(first, back.value_or(clock_type::now()));
+    sample.exit_path_max_ms = slowest;
+    sample.exits_done_ms = ms_between(first, last);
+    return sample;
+  }
+
+  void simultaneous() {
+    heading("simultaneous      M   GiB each  async  tail ms med [min, max]              exit_path_max ms med [min, max]  exits_done ms  seed off -> on");
+    constexpr mode kModes[] = {mode::off, mode::on};
+    for (const int m : opts_.m) {
+      const double bytes_each = opts_.each_gib * kGiB;
+      const seed_simultaneous* seed = nullptr;
+      for (const seed_simultaneous& s : kSeedSimultaneous) {
+        if (s.m == m && opts_.each_gib == 0.5) seed = &s;
+      }
+      auto row_for = [&](mode md) {
+        json_object row;
+        row.set("kind", "simultaneous").set("m", m).set("size_gib", opts_.each_gib).set("async", name_of(md));
+        if (seed != nullptr) {
+          json_object o = seed_object();
+          o.set("exits_done_ms", md == mode::off ? seed->off_ms : seed->on_ms)
+              .set("measure", "SIGKILL of all M -> the last waitpid() returns (tail until ALL reaped), median");
+          row.set("seed", o);
+        }
+        return row;
+      };
+      if (const auto why = over_memory_rule(bytes_each * m)) {
+        for (const mode md : kModes) add_row(row_for(md).set("skipped", *why));
+        table_.push_back(strprintf("                  %3d  %8.3g  skipped: %s", m, opts_.each_gib, why->c_str()));
+        continue;
+      }
+
+      kernels k;
+      std::vector<double> tail[2], slowest[2], done[2];
+      int timeouts[2] = {};
+      decision_counts decisions[2];
+      std::optional<std::string> failed;
+      for (int rep = 0; rep < opts_.reps && !failed; ++rep) {
+        for (const mode md : kModes) {
+          const int i = static_cast<int>(md);
+          progress("simultaneous M=%d x %.3g GiB async=%s rep %d/%d: ", m, opts_.each_gib, name_of(md), rep + 1, opts_.reps);
+          try {
+            const simultaneous_sample s =
+                k.with(md, [&](auto& kernel) { return simultaneous_exits(kernel, m, bytes_each); });
+            tail[i].push_back(s.tail_ms);
+            slowest[i].push_back(s.exit_path_max_ms);
+            done[i].push_back(s.exits_done_ms);
+            timeouts[i] += s.timed_out ? 1 : 0;
+            decisions[i].queued += s.decisions.queued;
+            decisions[i].sync += s.decisions.sync;
+            progress(", tail %.1f ms, slowest exit %.3f ms, all exits done %.3f ms%s\n", s.tail_ms, s.exit_path_max_ms,
+                     s.exits_done_ms, s.timed_out ? " (memory back timed out)" : "");
+          } catch (const std::exception& e) {
+            failed = std::string("failed: ") + e.what();
+            progress("%s\n", failed->c_str());
+            break;
+          }
+        }
+      }
+      for (const mode md : kModes) {
+        const int i = static_cast<int>(md);
+        json_object row = row_for(md);
+        if (failed) row.set("skipped", *failed);
+        if (!tail[i].empty()) {
+          const summary t = summarize(tail[i]);
+          const summary s = summarize(slowest[i]);
+          const summary d = summarize(done[i]);
+          row.set("tail_ms", t).set("exit_path_max_ms", s).set("exits_done_ms", d).set("decisions", decisions[i].json());
+          if (timeouts[i] != 0) row.set("memory_back_timeouts", timeouts[i]);
+          table_.push_back(strprintf("                  %3d  %8.3g  %-5s  %9.1f [%9.1f, %9.1f]    %9.3f [%9.3f, %9.3f]   %9.3f      %s", m,
+                                  opts_.each_gib, name_of(md), t.median, t.min, t.max, s.median, s.min, s.max, d.median,
+                                  seed != nullptr ? strprintf("%.2f -> %.2f ms", seed->off_ms, seed->on_ms).c_str() : ""));
+        }
+        add_row(std::move(row));
+      }
+    }
+  }
+
+  // ---- below_threshold ----
+
+  void below_threshold() {
+    heading("below_threshold   MiB  async  exit_path ms med [min, max]       seed");
+    const double bytes = kBelowThresholdMiB * kMiB;
+    constexpr mode kModes[] = {mode::off, mode::on};
+    auto row_for = [&](mode md) {
+      json_object row;
+      row.set("kind", "below_threshold").set("size_mib", kBelowThresholdMiB).set("async", name_of(md));
+      json_object seed = seed_object();
+      seed.set("exit_path_ms", md == mode::off ? 0.56 : 0.60)
+          .set("measure", "30MB process, feature OFF -> ON, sync path either way, median");
+      row.set("seed", seed);
+      return row;
+    };
+    if (const auto why = over_memory_rule(bytes)) {
+      for (const mode md : kModes) add_row(row_for(md).set("skipped", *why));
+      table_.push_back(strprintf("                  skipped: %s", why->c_str()));
+      return;
+    }
+    kernels k;
+    std::vector<double> exit_ms[2];
+    decision_counts decisions[2];
+    progress("below_threshold %g MiB x %d reps, off and on in turn ", kBelowThresholdMiB, opts_.below_reps);
+    for (int rep = 0; rep < opts_.below_reps; ++rep) {
+      for (const mode md : kModes) {
+        const int i = static_cast<int>(md);
+        const exit_sample s = k.with(md, [&](auto& kernel) {
+          auto task = kernel.spawn(pages_for(bytes), backing::real);
+          exit_sample sample;
+          const auto start = clock_type::now();
+          sample.decided = task->exit();
+          sample.exit_path_ms = ms_between(start, clock_type::now());
+          kernel.flush();
+          return sample;
+        });
+        exit_ms[i].push_back(s.exit_path_ms);
+        decisions[i].add(s.decided);
+      }
+      progress(".");
+    }
+    progress("\n");
+    for (const mode md : kModes) {
+      const int i = static_cast<int>(md);
+      const summary e = summarize(exit_ms[i]);
+      json_object row = row_for(md);
+      row.set("exit_path_ms", e).set("reps", opts_.below_reps).set("decisions", decisions[i].json());
+      add_row(std::move(row));
+      table_.push_back(strprintf("                  %3g  %-5s  %9.3f [%9.3f, %9.3f]    %.2f ms", kBelowThresholdMiB, name_of(md), e.median,
+                              e.min, e.max, md == mode::off ? 0.56 : 0.60));
+    }
+    const double off = summarize(exit_ms[0]).median, on = summarize(exit_ms[1]).median;
+    table_.push_back(strprintf("                  on / off = %.3f (seed: 0.60 / 0.56 = %.3f)", on / off, 0.60 / 0.56));
+  }
+
+  // ---- drain ----
+
+  void drain() {
+    heading("drain             backlog GiB  seconds med [min, max]          GiB/s   seed");
+    int count = std::max(1, static_cast<int>(std::llround(opts_.drain_backlog_gib / opts_.each_gib)));
+    const double bytes_each = opts_.each_gib * kGiB;
+    std::optional<std::string> capped;
+    const double allowed = opts_.mem_fraction * static_cast<double>(mem_.available_bytes());
+    if (count * bytes_each > allowed) {
+      const int fits = static_cast<int>(allowed / bytes_each);
+      capped = strprintf("backlog cut from %d to %d x %.3g GiB: %.2f GiB would be above %.0f%% of MemAvailable (%.2f GiB)",
+                      count, fits, opts_.each_gib, count * opts_.each_gib, opts_.mem_fraction * 100,
+                      allowed / opts_.mem_fraction / kGiB);
+      count = fits;
+    }
+    const double backlog_gib = count * opts_.each_gib;
+    json_object row;
+    row.set("kind", "drain").set("backlog_gib", backlog_gib).set("processes", count).set("size_gib", opts_.each_gib);
+    json_object seed = seed_object();
+    seed.set("backlog_gb", 16.4)
+        .set("seconds", 0.650)
+        .set("gb_per_s", 25.0)
+        .set("measure", "16.4GB backlog (32 x 0.5GB) returned in 650ms, one reaper; GB as the letter writes them");
+    if (count < 1) {
+      add_row(row.set("skipped", *capped).set("seed", seed));
+      table_.push_back(strprintf("                  skipped: %s", capped->c_str()));
+      return;
+    }
+    if (capped) row.set("capped", *capped);
+
+    std::vector<double> seconds;
+    std::optional<std::string> failed;
+    on_off_kernel kernel(kernel_options(true));
+    for (int rep = 0; rep < opts_.reps; ++rep) {
+      progress("drain %.3g GiB backlog rep %d/%d: ", backlog_gib, rep + 1, opts_.reps);
+      try {
+        const std::uint64_t before = mem_.free_bytes();
+        auto tasks = populate_many(kernel, count, bytes_each);
+        kernel.freeze();
+        decision_counts decisions;
+        for (auto& task : tasks) decisions.add(task->exit());
+        const auto start = clock_type::now();
+        kernel.thaw();
+        kernel.flush();
+        const double s = ms_between(start, clock_type::now()) / 1e3;
+        if (decisions.queued != count) {
+          kernel.flush();
+          throw std::runtime_error(strprintf("only %d of %d exits were queued", decisions.queued, count));
+        }
+        seconds.push_back(s);
+        progress(", drained in %.3f s (%.2f GiB/s)\n", s, backlog_gib / s);
+        (void)wait_memory_back(before, count * bytes_each);  // settle before the next repetition
+      } catch (const std::exception& e) {
+        failed = std::string("failed: ") + e.what();
+        progress("%s\n", failed->c_str());
+        break;
+      }
+    }
+    if (failed) row.set("skipped", *failed);
+    if (!seconds.empty()) {
+      const summary s = summarize(seconds);
+      row.set("seconds", s).set("gib_per_s", backlog_gib / s.median);
+      table_.push_back(strprintf("                  %11.3g  %7.3f [%7.3f, %7.3f]      %7.2f   ~25 GB/s (16.4GB in 650ms)%s",
+                              backlog_gib, s.median, s.min, s.max, backlog_gib / s.median, capped ? " (capped)" : ""));
+    }
+    add_row(std::move(row.set("seed", seed)));
+  }
+
+  // ---- cpu_conservation ----
+
+  void cpu_conservation() {
+    heading("cpu_conservation  GiB x 5  inline CPU ms  reaper CPU ms  ratio   seed");
+    const double gib = opts_.cpu_size_gib;
+    const double bytes = gib * kGiB;
+    json_object row;
+    row.set("kind", "cpu_conservation").set("size_gib", gib).set("teardowns", kTeardownsPerCpuWindow);
+    json_object seed = seed_object();
+    seed.set("inline_cpu_ms", 372.0)
+        .set("reaper_cpu_ms", 440.0)
+        .set("ratio", 1.18)
+        .set("measure", "5 consecutive 4GB teardowns: exit-path CPU inline vs mm_reaper kthread CPU (schedstat)");
+    if (const auto why = over_memory_rule(bytes)) {
+      add_row(row.set("skipped", *why).set("seed", seed));
+      table_.push_back(strprintf("                  %7.3g  skipped: %s", gib, why->c_str()));
+      return;
+    }
+    kernels k;
+    std::vector<double> inline_ms, reaper_ms, on_exit_ms;
+    std::optional<std::string> failed;
+    for (int rep = 0; rep < opts_.reps && !failed; ++rep) {
+      try {
+        double inline_total = 0;
+        for (int t = 0; t < kTeardownsPerCpuWindow; ++t) {
+          progress("cpu_conservation inline rep %d/%d teardown %d/%d: ", rep + 1, opts_.reps, t + 1, kTeardownsPerCpuWindow);
+          auto task = populate(k.off, bytes);
+          const double before = thread_cpu_ms();
+          (void)task->exit();
+          const double spent = thread_cpu_ms() - before;
+          inline_total += spent;
+          progress(", exit-path CPU %.2f ms\n", spent);
+        }
+        k.on.flush();
+        const std::uint64_t worker_before = k.on.reaper_statistics().worker_cpu_ns;
+        double exit_path_total = 0;
+        int queued = 0;
+        for (int t = 0; t < kTeardownsPerCpuWindow; ++t) {
+          progress("cpu_conservation reaper rep %d/%d teardown %d/%d: ", rep + 1, opts_.reps, t + 1, kTeardownsPerCpuWindow);
+          auto task = populate(k.on, bytes);
+          const double before = thread_cpu_ms();
+          const auto decided = task->exit();
+          exit_path_total += thread_cpu_ms() - before;
+          queued += decided == teardown::decision::queued ? 1 : 0;
+          k.on.flush();
+          progress("\n");
+        }
+        const double reaper_total =
+            static_cast<double>(k.on.reaper_statistics().worker_cpu_ns - worker_before) / 1e6;
+        if (queued != kTeardownsPerCpuWindow) {
+          throw std::runtime_error(strprintf("only %d of %d exits were queued", queued, kTeardownsPerCpuWindow));
+        }
+        inline_ms.push_back(inline_total);
+        reaper_ms.push_back(reaper_total);
+        on_exit_ms.push_back(exit_path_total);
+        progress("cpu_conservation rep %d/%d: inline %.1f ms, reaper %.1f ms, ratio %.2f\n", rep + 1, opts_.reps, inline_total,
+                 reaper_total, reaper_total / inline_total);
+      } catch (const std::exception& e) {
+        failed = std::string("failed: ") + e.what();
+        progress("%s\n", failed->c_str());
+      }
+    }
+    if (failed) row.set("skipped", *failed);
+    if (!inline_ms.empty()) {
+      const double inline_median = summarize(inline_ms).median;
+      const double reaper_median = summarize(reaper_ms).median;
+      row.set("inline_cpu_ms", inline_median)
+          .set("reaper_cpu_ms", reaper_median)
+          .set("ratio", reaper_median / inline_median)
+          .set("on_exit_path_cpu_ms", summarize(on_exit_ms).median)
+          .set("reps", static_cast<int>(inline_ms.size()));
+      table_.push_back(strprintf("                  %7.3g  %13.1f  %13.1f  %5.2f   372 -> 440 ms, 1.18 (5 x 4GB)", gib, inline_median,
+                              reaper_median, reaper_median / inline_median));
+    }
+    add_row(std::move(row.set("seed", seed)));
+  }
+
+  // ---- shadow_peer ----
+
+  // Kills and reaps, on every path out, each child it still holds.
+  class child_guard {
+   public:
+    child_guard() = default;
+    child_guard(const child_guard&) = delete;
+    child_guard& operator=(const child_guard&) = delete;
+    ~child_guard() {
+      for (const pid_t pid : pids_) {
+        kill(pid, SIGKILL);
+        reap(pid);
+      }
+    }
+    void hold(pid_t pid) { pids_.push_back(pid); }
+    // Waits for the child to end; it is no longer held.
+    void release(pid_t pid) {
+      reap(pid);
+      pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
+    }
+
+   private:
+    static void reap(pid_t pid) {
+      int status = 0;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    std::vector<pid_t> pids_;
+  };
+
+  struct shadow_sample {
+    double kill_to_waitpid_ms = NAN;
+    double shadow_teardown_ms = NAN;
+    bool memory_held = false;
+  };
+
+  shadow_sample shadow_run(double bytes, bool with_shadow);
+
+  void shadow_peer() {
+    heading("shadow_peer       GiB  shadow  kill->waitpid ms med [min, max]    shadow teardown ms med [min, max]  memory held");
+    for (const double gib : opts_.sizes_gib) {
+      const double bytes = gib * kGiB;
+      auto row_for = [&](bool shadow) {
+        json_object row;
+        row.set("kind", "shadow_peer").set("size_gib", gib).set("shadow", shadow);
+        return row;
+      };
+      if (const auto why = over_memory_rule(bytes)) {
+        for (const bool shadow : {false, true}) add_row(row_for(shadow).set("skipped", *why));
+        table_.push_back(strprintf("                  %3g  skipped: %s", gib, why->c_str()));
+        continue;
+      }
+      std::vector<double> plain_ms, shadowed_ms, shadow_teardown_ms;
+      bool always_held = true;
+      std::optional<std::string> failed;
+      for (int rep = 0; rep < opts_.reps && !failed; ++rep) {
+        for (const bool shadow : {false, true}) {
+          progress("shadow_peer %.3g GiB shadow=%s rep %d/%d: ", gib, shadow ? "yes" : "no", rep + 1, opts_.reps);
+          try {
+            const shadow_sample s = shadow_run(bytes, shadow);
+            if (shadow) {
+              shadowed_ms.push_back(s.kill_to_waitpid_ms);
+              shadow_teardown_ms.push_back(s.shadow_teardown_ms);
+              always_held = always_held && s.memory_held;
+              progress(", kill -> waitpid %.3f ms, shadow teardown %.1f ms, memory %s\n", s.kill_to_waitpid_ms,
+                       s.shadow_teardown_ms, s.memory_held ? "held by the shadow" : "NOT held");
+            } else {
+              plain_ms.push_back(s.kill_to_waitpid_ms);
+              progress(", kill -> waitpid %.1f ms\n", s.kill_to_waitpid_ms);
+            }
+          } catch (const std::exception& e) {
+            failed = std::string("failed: ") + e.what();
+            progress("%s\n", failed->c_str());
+            break;
+          }
+        }
+      }
+      for (const bool shadow : {false, true}) {
+        json_object row = row_for(shadow);
+        if (failed) row.set("skipped", *failed);
+        const std::vector<double>& samples = shadow ? shadowed_ms : plain_ms;
+        if (!samples.empty()) {
+          const summary k = summarize(samples);
+          row.set("kill_to_waitpid_ms", k);
+          std::string tail;
+          if (shadow) {
+            const summary t = summarize(shadow_teardown_ms);
+            row.set("shadow_teardown_ms", t).set("memory_held_by_shadow", always_held);
+            tail = strprintf("%9.1f [%9.1f, %9.1f]        %s", t.median, t.min, t.max, always_held ? "yes" : "NO");
+          }
+          table_.push_back(strprintf("                  %3g  %-6s  %9.3f [%9.3f, %9.3f]       %s", gib, shadow ? "yes" : "no", k.median,
+                                  k.min, k.max, tail.c_str()));
+        }
+        add_row(std::move(row));
+      }
+    }
+  }
+
+  options opts_;
+  memory_gauge mem_;
+  std::vector<json_object> rows_;
+  std::vector<std::string> table_;
+};
+
+// ---- the shadow_peer processes ----------------------------------------------------------------
+//
+// After fork() in a multi-threaded program the child may only make async-signal-safe calls:
+// everything below runs on plain system calls, and the shadow runs on a static stack in the
+// child's (shared) memory.
+
+struct child_report {
+  int error = 0;     // errno of the step that failed, 0 if none
+  int step = 0;      // 1 mmap, 2 clone
+  pid_t shadow = 0;  // the shadow's pid (our child too, by CLONE_PARENT)
+};
+
+struct shadow_arguments {
+  pid_t grandparent = 0;  // this benchmark: the shadow's parent, by CLONE_PARENT
+  int report_fd = -1;
+};
+
+alignas(64) unsigned char shadow_stack[64 * 1024];
+shadow_arguments shadow_args;  // in the child's memory, which the shadow shares
+
+[[noreturn]] void block_for_ever() {
+  for (;;) syscall(SYS_ppoll, nullptr, 0, nullptr, nullptr, 0);  // no descriptors, no timeout
+}
+
+int shadow_main(void* arg) {
+  const auto* args = static_cast<const shadow_arguments*>(arg);
+  // Dies with the benchmark; the check closes the race with a benchmark that died first.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != args->grandparent) _exit(1);
+  close(args->report_fd);
+  block_for_ever();
+}
+
+[[noreturn]] void child_main(int report_fd, pid_t parent, std::size_t bytes, bool with_shadow) {
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(1);
+  child_report report;
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    report.error = errno;
+    report.step = 1;
+  } else {
+    const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    auto* bytes_at = static_cast<volatile unsigned char*>(base);
+    for (std::size_t at = 0; at < bytes; at += page) bytes_at[at] = 1;  // fault it in
+    if (with_shadow) {
+      shadow_args = {parent, report_fd};
+      // A process of its own (no CLONE_THREAD), so the child's exit does not wait for it.
+      const int pid = clone(shadow_main, shadow_stack + sizeof shadow_stack, CLONE_VM | CLONE_PARENT | SIGCHLD, &shadow_args);
+      if (pid < 0) {
+        report.error = errno;
+        report.step = 2;
+      } else {
+        report.shadow = pid;
+      }
+    }
+  }
+  if (write(report_fd, &report, sizeof report) != static_cast<ssize_t>(sizeof report)) _exit(3);
+  if (report.error != 0) _exit(2);
+  block_for_ever();
+}
+
+matrix::shadow_sample matrix::shadow_run(double bytes, bool with_shadow) {
+  const std::uint64_t before = mem_.free_bytes();
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  child_guard children;
+  const pid_t parent = getpid();
+  progress("populating %.3g GiB in a child ... ", bytes / kGiB);
+  const auto populate_start = clock_type::now();
+  const pid_t child = fork();
+  if (child == 0) {
+    close(pipe_fds[0]);
+    child_main(pipe_fds[1], parent, static_cast<std::size_t>(bytes), with_shadow);
+  }
+  const int fork_error = errno;
+  close(pipe_fds[1]);
+  if (child < 0) {
+    close(pipe_fds[0]);
+    throw std::system_error(fork_error, std::generic_category(), "fork");
+  }
+  children.hold(child);
+
+  // The child's report, within a bound that allows a slow populate.
+  child_report report;
+  pollfd ready{pipe_fds[0], POLLIN, 0};
+  const int timeout_ms = 30'000 + static_cast<int>(10'000 * bytes / kGiB);
+  int polled;
+  while ((polled = poll(&ready, 1, timeout_ms)) < 0 && errno == EINTR) {
+  }
+  const ssize_t got = polled == 1 ? read(pipe_fds[0], &report, sizeof report) : -1;
+  close(pipe_fds[0]);
+  if (polled == 0) throw std::runtime_error(strprintf("the child did not populate within %d s", timeout_ms / 1000));
+  if (got != static_cast<ssize_t>(sizeof report)) throw std::runtime_error("the child died before it reported");
+  if (report.shadow > 0) children.hold(report.shadow);
+  if (report.error != 0) {
+    throw std::system_error(report.error, std::generic_category(), report.step == 1 ? "child: mmap" : "child: clone(CLONE_VM)");
+  }
+  progress("%.1f s", ms_between(populate_start, clock_type::now()) / 1e3);
+
+  shadow_sample sample;
+  const auto start = clock_type::now();
+  kill(child, SIGKILL);
+  children.release(child);
+  sample.kill_to_waitpid_ms = ms_between(start, clock_type::now());
+  if (with_shadow) {
+    sample.memory_held = mem_.free_bytes() + static_cast<std::uint64_t>(bytes / 2) < before;
+    const auto shadow_start = clock_type::now();
+    kill(report.shadow, SIGKILL);
+    children.release(report.shadow);
+    sample.shadow_teardown_ms = ms_between(shadow_start, clock_type::now());
+  }
+  (void)wait_memory_back(before, bytes);  // settle before the next repetition
+  return sample;
+}
+
+void print_table(const std::vector<std::string>& table) {
+  std::fprintf(stderr, "\nexit_matrix (ours; the seed's figures are bare-metal 32-CPU kernel numbers)\n");
+  for (const std::string& line : table) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options opts = parse_options(argc, argv);
+  try {
+    matrix bench(opts);
+    const std::uint64_t available_at_start = memory_gauge().available_bytes();
+    const json_object machine = bench.machine(available_at_start);
+    const json_object config = bench.config();
+    const auto start = clock_type::now();
+    bench.run();
+
+    std::string json = "{\n  \"benchmark\": \"exit_matrix\",\n";
+    json += "  \"machine\": " + machine.str() + ",\n";
+    json += "  \"config\": " + config.str() + ",\n";
+    json += "  \"rows\": [";
+    for (std::size_t i = 0; i < bench.rows().size(); ++i) {
+      json += (i == 0 ? "\n    " : ",\n    ") + bench.rows()[i].str();
+    }
+    json += "\n  ]\n}\n";
+
+    print_table(bench.table());
+    std::fprintf(stderr, "total %.1f s\n", ms_between(start, clock_type::now()) / 1e3);
+    if (opts.out.empty()) {
+      std::fputs(json.c_str(), stdout);
+    } else {
+      std::FILE* out = std::fopen(opts.out.c_str(), "w");
+      if (out == nullptr || std::fputs(json.c_str(), out) < 0 || std::fclose(out) != 0) {
+        std::fprintf(stderr, "exit_matrix: cannot write %s: %s\n", opts.out.c_str(), std::strerror(errno));
+        return 1;
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "exit_matrix: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
