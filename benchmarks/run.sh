@@ -9,12 +9,14 @@
 #                exit_matrix gets --quick. Its figures are not for publishing, so its plots go
 #                to OUT_DIR/img unless --img-dir says otherwise.
 #   --img-dir    where the PNGs go (default docs/img, or OUT_DIR/img with --quick)
+#   EXIT_MATRIX_ARGS, RFC_QUESTIONS_ARGS (environment): more flags for those two programs,
+#                e.g. EXIT_MATRIX_ARGS="--mem-fraction 0.75" to allow the 16 GiB rows
 #
 # Full runs repeat each case 3 times and keep the aggregates (mean, median, stddev, cv). Run it
 # on an otherwise idle machine: every benchmark uses all hardware threads.
 set -euo pipefail
 
-usage() { sed -n '5,11s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '5,13s/^# \{0,1\}//p' "$0"; }
 
 quick=false
 out_dir=""
@@ -54,7 +56,7 @@ cmake --build --preset bench -j "$(nproc)"
 
 mkdir -p "$out_dir"
 # A figure left from an earlier run must not be plotted as this run's.
-rm -f "$out_dir"/{llist_bench,gate_bench,reaper_bench,exit_matrix}.{json,txt} "$out_dir/plot.txt"
+rm -f "$out_dir"/{llist_bench,gate_bench,reaper_bench,exit_matrix,rfc_questions}.{json,txt} "$out_dir/plot.txt"
 bin=build/bench/benchmarks
 wrote=()
 
@@ -94,11 +96,25 @@ done
 if [ -x "$bin/exit_matrix" ]; then
   exit_args=(--out "$out_dir/exit_matrix.json")
   if $quick; then exit_args+=(--quick); fi
+  read -ra extra <<< "${EXIT_MATRIX_ARGS:-}"
+  exit_args+=("${extra[@]}")
   echo "==> exit_matrix ${exit_args[*]}"
   "$bin/exit_matrix" "${exit_args[@]}" 2>&1 | tee "$out_dir/exit_matrix.txt"
   wrote+=("$out_dir/exit_matrix.json" "$out_dir/exit_matrix.txt")
 else
   echo "==> exit_matrix skipped: $bin/exit_matrix was not built"
+fi
+
+if [ -x "$bin/rfc_questions" ]; then
+  rfc_args=(--out "$out_dir/rfc_questions.json")
+  if $quick; then rfc_args+=(--quick); fi
+  read -ra extra <<< "${RFC_QUESTIONS_ARGS:-}"
+  rfc_args+=("${extra[@]}")
+  echo "==> rfc_questions ${rfc_args[*]}"
+  "$bin/rfc_questions" "${rfc_args[@]}" 2>&1 | tee "$out_dir/rfc_questions.txt"
+  wrote+=("$out_dir/rfc_questions.json" "$out_dir/rfc_questions.txt")
+else
+  echo "==> rfc_questions skipped: $bin/rfc_questions was not built"
 fi
 echo "==> benchmarks took $((SECONDS - started)) s"
 
