@@ -7,16 +7,15 @@
 // format of the RFC's "Numbers" section:
 //   exit path    the exiting thread's task->exit() (mmput_exit of the last reference)
 //   torn down    from that call until the teardown is done (munmap returned: the pages are free)
-//   MemAvailable from that call until /proc/meminfo's MemAvailable has recovered (within a
-//                tenth of what the process took, or 64 MiB; the kernel folds its per-CPU page
-//                counts into it lazily, so this lags the real moment a little; "n/a" when
-//                other processes kept it from recovering within 10 s)
+//   memory free  from that call until free memory (MemAvailable plus the per-CPU free lists)
+//                has recovered, within a tenth of what the process took or 64 MiB; "n/a" when
+//                other processes kept it from recovering within 10 s
 //   CPU          the reaper's CPU for the teardowns against the inline CPU for the same work
 // plus a process below the threshold (the sync path with the feature on and off) and the
 // compile-time-off build (basic_mm_system<const_key<false>>, the kernel's CONFIG=n).
 //
 //   exit_latency                 1 GiB, 3 repetitions (medians)
-//   exit_latency 0.5 2 --reps 5  sizes in GiB; each capped at half of MemAvailable
+//   exit_latency 0.5 2 --reps 5  sizes in GiB; each capped at half of the free memory
 //   exit_latency --small         64 MiB, 1 repetition (ctest)
 #include <teardown/model/mm.hpp>
 
@@ -49,16 +48,24 @@ double thread_cpu_ms() {
   return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
 }
 
-// MemAvailable from /proc/meminfo, in bytes.
-double mem_available() {
+// Free memory as the kernel has it: MemAvailable plus the pages on the per-CPU free lists
+// (/proc/zoneinfo's pageset "count:" lines). Freed pages land on those lists first, and recent
+// kernels leave them out of MemAvailable, so a freshly unmapped gigabyte may not show there.
+double free_memory() {
+  double bytes = 0;
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   double kib = 0;
   while (meminfo >> key >> kib) {
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == "MemAvailable:") bytes = kib * 1024;
     meminfo.ignore(64, '\n');
   }
-  return 0;
+  std::ifstream zoneinfo("/proc/zoneinfo");
+  for (std::string line; std::getline(zoneinfo, line);) {
+    const std::size_t at = line.find("count: ");
+    if (at != std::string::npos) bytes += std::atof(line.c_str() + at + 7) * double(mm_system::page_size());
+  }
+  return bytes;
 }
 
 double median(std::vector<double> values) {
@@ -69,7 +76,7 @@ double median(std::vector<double> values) {
 struct sample {
   double exit_ms = 0;       // the exiting thread's mmput_exit
   double torn_down_ms = 0;  // until the teardown is done
-  double available_ms = 0;  // until MemAvailable recovered
+  double available_ms = 0;  // until free memory recovered
   double exit_cpu_ms = 0;   // CPU of the exiting thread in that call
 };
 
@@ -86,9 +93,9 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
     std::fprintf(stderr, "\r  populated  %-40s %.1f s", progress, ms_between(populate_start, clock_type::now()) / 1e3);
   }
   // What the exit should give back, measured from just before it: the populate took seconds,
-  // during which other processes move MemAvailable too; the exit takes milliseconds.
+  // during which other processes move free memory too; the exit takes milliseconds.
   const double populated = double(pages) * double(mm_system::page_size());
-  const double before_exit = mem_available();
+  const double before_exit = free_memory();
 
   sample s;
   const double cpu_start = thread_cpu_ms();
@@ -98,11 +105,11 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
   s.exit_cpu_ms = thread_cpu_ms() - cpu_start;
   kernel.flush();  // the teardown is done once this returns
   s.torn_down_ms = ms_between(start, clock_type::now());
-  // Other activity on the machine moves MemAvailable too, hence the slack. Bounded: 10 s; a
+  // Other activity on the machine moves free memory too, hence the slack. Bounded: 10 s; a
   // timeout is reported as not measured (negative).
   const double target = before_exit + populated - std::max(populated / 10, double(64 << 20));
   const auto deadline = clock_type::now() + std::chrono::seconds(10);
-  while (mem_available() < target && clock_type::now() < deadline) {
+  while (free_memory() < target && clock_type::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   s.available_ms = clock_type::now() < deadline ? ms_between(start, clock_type::now()) : -1;
@@ -165,19 +172,19 @@ int main(int argc, char** argv) {
   mm_system kernel({.async_mm_teardown = false, .max_pending_pages = mm_system::default_max_pending_pages() * 3});
   teardown::model::basic_mm_system<teardown::const_key<false>> compiled_out;
 
-  std::printf("exit_latency: the model kernel on real memory (%u CPUs, %.1f GiB available, page %zu B), "
+  std::printf("exit_latency: the model kernel on real memory (%u CPUs, %.1f GiB free, page %zu B), "
               "%d repetition(s), medians\n",
-              std::thread::hardware_concurrency(), mem_available() / double(1ull << 30), mm_system::page_size(), reps);
-  std::printf("exit path: the exiting thread's last mmput (mmput_exit). torn down, MemAvailable back: from that "
-              "call, async off / on\n\n");
+              std::thread::hardware_concurrency(), free_memory() / double(1ull << 30), mm_system::page_size(), reps);
+  std::printf("exit path: the exiting thread's last mmput (mmput_exit). torn down, memory free: from that call, "
+              "async off / on\n\n");
   std::printf("%-22s %10s %10s %10s %18s %18s %12s\n", "size", "async off", "async on", "reduction", "torn down",
-              "MemAvailable back", "CPU reaper/");
+              "memory free", "CPU reaper/");
   std::printf("%-22s %10s %10s %10s %18s %18s %12s\n", "", "(ms)", "(us)", "", "(ms)", "(ms)", "inline");
 
   for (double gib : sizes_gib) {
-    const double cap = mem_available() / 2 / double(1ull << 30);
+    const double cap = free_memory() / 2 / double(1ull << 30);
     if (gib > cap) {
-      std::printf("%-22s capped at half of MemAvailable: %.2f GiB\n", size_label(gib).c_str(), cap);
+      std::printf("%-22s capped at half of the free memory: %.2f GiB\n", size_label(gib).c_str(), cap);
       gib = cap;
     }
     kernel.set_async_mm_teardown(false);
@@ -208,7 +215,7 @@ int main(int argc, char** argv) {
               (median(small_on.exit_ms) / median(small_off.exit_ms) - 1) * 100);
 
   // The compile-time-off build: no reaper, no knob, no counters. It should match "async off".
-  const double control_gib = std::min(sizes_gib.front(), mem_available() / 2 / double(1ull << 30));
+  const double control_gib = std::min(sizes_gib.front(), free_memory() / 2 / double(1ull << 30));
   const row_result control = run_row(compiled_out, pages_of(control_gib), reps, "compile-time off");
   std::printf("%-22s %10.2f %10s   (const_key<false>: the deferred path compiled out)\n",
               (size_label(control_gib) + ", =n build").c_str(), median(control.exit_ms), "-");
