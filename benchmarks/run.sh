@@ -56,7 +56,7 @@ cmake --build --preset bench -j "$(nproc)"
 
 mkdir -p "$out_dir"
 # A figure left from an earlier run must not be plotted as this run's.
-rm -f "$out_dir"/{llist_bench,gate_bench,reaper_bench,exit_matrix,rfc_questions}.{json,txt} "$out_dir/plot.txt"
+rm -f "$out_dir"/{llist_bench,gate_bench,reaper_bench,exit_matrix,rfc_questions,oom_reap_bench}.{json,txt} "$out_dir/plot.txt"
 bin=build/bench/benchmarks
 wrote=()
 
@@ -115,6 +115,15 @@ if [ -x "$bin/rfc_questions" ]; then
   wrote+=("$out_dir/rfc_questions.json" "$out_dir/rfc_questions.txt")
 else
   echo "==> rfc_questions skipped: $bin/rfc_questions was not built"
+fi
+if [ -x "$bin/oom_reap_bench" ]; then
+  oom_args=(--out "$out_dir/oom_reap_bench.json")
+  if $quick; then oom_args+=(--quick); fi
+  echo "==> oom_reap_bench ${oom_args[*]}"
+  "$bin/oom_reap_bench" "${oom_args[@]}" 2>&1 | tee "$out_dir/oom_reap_bench.txt"
+  wrote+=("$out_dir/oom_reap_bench.json" "$out_dir/oom_reap_bench.txt")
+else
+  echo "==> oom_reap_bench skipped: $bin/oom_reap_bench was not built"
 fi
 echo "==> benchmarks took $((SECONDS - started)) s"
 

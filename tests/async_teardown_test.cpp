@@ -1,9 +1,9 @@
 // Specification of teardown::async_teardown, the composition: every decision put() can take and
-// the order in which it takes them (toggle, cost read once, threshold and eligibility, stopped,
-// stalled, the eager prepare, the budget), the memoised charge the reaper releases, destroy's
-// exceptions on either side, drain(), the const_key<false> form, the knobs, the counters and
-// the trace points. AsyncTeardownStressTest adds many producers racing toggles, drains and
-// shutdown.
+// the order in which it takes them (toggle, cost read once, threshold and eligibility, the
+// concurrency gate, stopped, stalled, the eager prepare, the budget), the memoised charge the
+// reaper releases, destroy's exceptions on either side, drain(), the const_key<false> form, the
+// knobs, the counters and the trace points. AsyncTeardownStressTest adds many producers racing
+// toggles, drains, gate switches and shutdown.
 //
 // Nothing here asserts a time. A sleep is only ever a chance for a wrong implementation to
 // misbehave, or the stated setup of a behaviour (the stall threshold); waits are bounded loops,
@@ -531,6 +531,186 @@ TEST_F(AsyncTeardownTest, DestructorTearsDownWhatIsQueued) {
     for (item& i : items) EXPECT_EQ(async.put(i), decision::queued);
   }
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
+}
+
+// --- sync_uncontended: the concurrency gate ----------------------------------------------------
+
+static_assert(std::string_view(teardown::to_string(decision::sync_uncontended)) == "uncontended");
+// A new decision took the next free number: the values stored or logged before it kept theirs.
+static_assert(static_cast<int>(decision::sync_stopped) == 5 && static_cast<int>(decision::sync_no_memory) == 6 &&
+              static_cast<int>(decision::sync_uncontended) == 7);
+
+TEST_F(AsyncTeardownTest, GateIsOffByDefaultAndALonePutIsQueuedAsBefore) {
+  auto items = make_items({10});
+  item_async async({}, traits());
+  EXPECT_EQ(async.min_concurrent(), 1u);
+  EXPECT_EQ(async.put(items[0]), decision::queued);
+  async.flush();
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.queued, 1u);
+  EXPECT_EQ(s.uncontended, 0u);
+}
+
+TEST_F(AsyncTeardownTest, LonePutUnderTheGateIsTornDownInlineUnpreparedAndUncharged) {
+  auto items = make_items({100});
+  const trace_recording recording;
+  item_async async({.min_concurrent = 2}, traits());
+  EXPECT_EQ(async.put(items[0]), decision::sync_uncontended);
+  EXPECT_EQ(items[0].prepared.load(), 0) << "the gate is decided before prepare";
+  EXPECT_EQ(items[0].destroyed.load(), 1) << "torn down before put returned";
+  EXPECT_EQ(items[0].destroyed_on, std::this_thread::get_id());
+  EXPECT_EQ(items[0].charge, unset_charge);
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.sync, 1u);
+  EXPECT_EQ(s.uncontended, 1u) << "a subset of sync";
+  EXPECT_EQ(s.queued, 0u);
+  EXPECT_EQ(s.rejected, 0u);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.high_water, 0u) << "and before the reserve: the budget was never touched";
+  const std::lock_guard lock(traced().mutex);
+  ASSERT_EQ(traced().syncs.size(), 1u);
+  EXPECT_EQ(traced().syncs[0].reason, "uncontended");
+  EXPECT_EQ(traced().syncs[0].cost, 100u);
+  EXPECT_TRUE(traced().rejects.empty());
+}
+
+TEST_F(AsyncTeardownTest, DisabledAndIneligibleAreDecidedBeforeUncontended) {
+  auto items = make_items({100, 5, 100});
+  items[2].eligible = false;
+  item_async async({.enabled = false, .threshold = 10, .min_concurrent = 2}, traits());
+  EXPECT_EQ(async.put(items[0]), decision::sync_disabled);
+  EXPECT_EQ(log().cost_reads.load(), 0) << "the disabled path still reads nothing";
+  async.enable();
+  EXPECT_EQ(async.put(items[1]), decision::sync_ineligible) << "below the threshold";
+  EXPECT_EQ(async.put(items[2]), decision::sync_ineligible) << "refused by the traits";
+  EXPECT_EQ(async.stats().uncontended, 0u);
+  EXPECT_EQ(async.stats().sync, 3u);
+}
+
+// The gate is a policy, like the threshold: stalled and stopped count only items that would
+// otherwise have been queued.
+TEST_F(AsyncTeardownTest, UncontendedIsDecidedBeforeStalledAndStopped) {
+  auto items = make_items({10, 10, 10});
+  item_async async(stalls_quickly(), traits());
+  async.freeze();
+  ASSERT_EQ(async.put(items[0]), decision::queued);
+  ASSERT_TRUE(eventually([&] { return async.stalled(); }));
+  async.set_min_concurrent(2);
+  EXPECT_EQ(async.put(items[1]), decision::sync_uncontended);
+  EXPECT_EQ(async.stats().stalled, 0u);
+  async.thaw();
+  async.shutdown();
+  EXPECT_EQ(async.put(items[2]), decision::sync_uncontended);
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.uncontended, 2u);
+  EXPECT_EQ(s.stalled, 0u);
+  EXPECT_EQ(s.sync, 2u);
+}
+
+TEST_F(AsyncTeardownTest, SetMinConcurrentSwitchesTheGateAtRunTime) {
+  auto items = make_items({10, 10, 10});
+  item_async async({}, traits());
+  async.set_min_concurrent(2);
+  EXPECT_EQ(async.min_concurrent(), 2u);
+  EXPECT_EQ(async.put(items[0]), decision::sync_uncontended);
+  async.set_min_concurrent(1);
+  EXPECT_EQ(async.min_concurrent(), 1u);
+  EXPECT_EQ(async.put(items[1]), decision::queued);
+  async.set_min_concurrent(3);
+  EXPECT_EQ(async.put(items[2]), decision::sync_uncontended);
+  async.flush();
+}
+
+TEST_F(AsyncTeardownTest, SetMinConcurrentRefusesZeroAndChangesNothing) {
+  item_async async({.min_concurrent = 3}, traits());
+  EXPECT_THROW(async.set_min_concurrent(0), std::invalid_argument);
+  EXPECT_EQ(async.min_concurrent(), 3u);
+  async.set_min_concurrent(UINT32_MAX);
+  EXPECT_EQ(async.min_concurrent(), UINT32_MAX);
+}
+
+TEST_F(AsyncTeardownTest, ConstructorRefusesMinConcurrentZero) {
+  EXPECT_THROW(item_async({.min_concurrent = 0}, traits()), std::invalid_argument);
+}
+
+TEST_F(AsyncTeardownTest, CompiledOutKeepsMinConcurrentButPutStaysInline) {
+  auto items = make_items({100});
+  compiled_out_async async({.min_concurrent = 2}, traits());
+  EXPECT_EQ(async.min_concurrent(), 2u);
+  EXPECT_THROW(async.set_min_concurrent(0), std::invalid_argument);
+  EXPECT_EQ(async.put(items[0]), decision::sync_disabled);
+  EXPECT_EQ(async.stats().uncontended, 0u);
+}
+
+// The in-flight count is undone on every return, a throwing inline teardown included: a lone
+// put afterwards still finds itself alone.
+TEST_F(AsyncTeardownTest, ThrowingInlineTeardownUnderTheGateLeavesNothingInFlight) {
+  auto items = make_items({10, 10, 10});
+  items[0].on_destroy = [](item&) { throw std::runtime_error("destroy failed"); };
+  item_async async({.min_concurrent = 2}, traits());
+  EXPECT_THROW((void)async.put(items[0]), std::runtime_error);
+  EXPECT_EQ(async.put(items[1]), decision::sync_uncontended);
+  EXPECT_EQ(async.put(items[2]), decision::sync_uncontended);
+  EXPECT_EQ(async.stats().uncontended, 3u) << "counted before destroy threw";
+}
+
+// Traits whose eligible() holds each put until `overlap` puts have entered: every one of them
+// is counted in flight (the count is taken before cost()) when the first one reaches the gate.
+struct overlapping_traits : item_traits {
+  std::latch* entered = nullptr;
+  bool eligible(const item& i, std::uint64_t cost) const {
+    entered->arrive_and_wait();
+    return item_traits::eligible(i, cost);
+  }
+};
+using overlapping_async = teardown::async_teardown<item, &item::hook, overlapping_traits>;
+
+// Runs `overlap` puts at once, each held in eligible() until all have entered and held again
+// after its decision (in prepare, or in its inline teardown) until all have decided: every put
+// reaches the gate with exactly `overlap` puts in flight. Returns the decisions.
+std::vector<decision> overlapping_puts(traits_log& log, std::ptrdiff_t overlap, std::uint32_t min_concurrent) {
+  std::vector<item> items(static_cast<std::size_t>(overlap));
+  std::latch entered(overlap);
+  std::latch decided(overlap);
+  for (item& i : items) {
+    i.size.store(10);
+    i.on_prepare = [&](item&) { decided.arrive_and_wait(); };
+    // Only the inline teardown holds: an item the reaper destroys was prepared first.
+    i.on_destroy = [&](item& self) {
+      if (self.prepared.load() == 0) decided.arrive_and_wait();
+    };
+  }
+  overlapping_traits traits;
+  traits.log = &log;
+  traits.entered = &entered;
+  overlapping_async async({.min_concurrent = min_concurrent}, traits);
+  std::vector<decision> decisions(items.size());
+  std::vector<std::thread> threads;
+  for (std::size_t at = 0; at < items.size(); ++at) {
+    threads.emplace_back([&, at] { decisions[at] = async.put(items[at]); });
+  }
+  for (std::thread& t : threads) t.join();
+  async.flush();
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.queued + s.sync, items.size());
+  EXPECT_EQ(s.uncontended, static_cast<std::uint64_t>(std::count(decisions.begin(), decisions.end(),
+                                                                  decision::sync_uncontended)));
+  return decisions;
+}
+
+TEST_F(AsyncTeardownTest, PutsOverlappingAtLeastMinConcurrentAreQueued) {
+  for (std::uint32_t gate : {2u, 4u}) {
+    SCOPED_TRACE("min_concurrent " + std::to_string(gate));
+    const std::vector<decision> decisions = overlapping_puts(log(), 4, gate);
+    EXPECT_EQ(std::count(decisions.begin(), decisions.end(), decision::queued), 4)
+        << "four puts in flight meet a gate of " << gate;
+  }
+}
+
+TEST_F(AsyncTeardownTest, PutsOverlappingFewerThanMinConcurrentAreTornDownInline) {
+  const std::vector<decision> decisions = overlapping_puts(log(), 4, 5);
+  EXPECT_EQ(std::count(decisions.begin(), decisions.end(), decision::sync_uncontended), 4);
 }
 
 // --- prepare -----------------------------------------------------------------------------------
@@ -1113,6 +1293,64 @@ TEST_F(AsyncTeardownStressTest, ProducersTogglesAndDrainsLoseNothingAndNeverOver
   RecordProperty("drained", static_cast<int>(s.drained));
   RecordProperty("samples", static_cast<int>(samples));
   RecordProperty("highest_sampled_pending", static_cast<int>(highest_sampled_pending));
+}
+
+// Producers put while a controller switches the gate between off, 2 and 3 puts, so that puts
+// which began under one setting end under another, and a monitor checks that uncontended stays a
+// subset of sync in every snapshot. Afterwards every item was destroyed once, the counters add
+// up, and nothing is left in flight: a lone put under the gate finds itself alone.
+TEST_F(AsyncTeardownStressTest, ProducersRacingGateSwitchesLeaveNothingInFlight) {
+  constexpr std::size_t producers = 4;
+  const std::size_t per_producer = scaled(10'000);
+  auto items = random_items(producers * per_producer + 1, 100, 2024);
+  item& lone = items.back();
+  item_async async({.reaper = {.name = "async_teardown", .nice = 0}}, traits());
+  std::atomic<bool> done{false};
+  std::latch go(producers + 2);
+  std::vector<std::thread> threads;
+  for (std::size_t p = 0; p < producers; ++p) {
+    threads.emplace_back([&, p] {
+      go.arrive_and_wait();
+      for (std::size_t i = 0; i < per_producer; ++i) (void)async.put(items[p * per_producer + i]);
+    });
+  }
+  std::thread controller([&] {
+    std::mt19937 random(11);
+    go.arrive_and_wait();
+    while (!done.load()) {
+      async.set_min_concurrent(static_cast<std::uint32_t>(random() % 3 + 1));
+      std::this_thread::yield();
+    }
+  });
+  std::string monitor_failure;
+  std::thread monitor([&] {
+    go.arrive_and_wait();
+    while (!done.load() && monitor_failure.empty()) {
+      const teardown::async_teardown_stats s = async.stats();
+      if (s.uncontended > s.sync) monitor_failure = "uncontended > sync";
+      if (s.rejected > s.sync) monitor_failure = "rejected > sync";
+      std::this_thread::yield();
+    }
+  });
+  for (std::size_t p = 0; p < producers; ++p) threads[p].join();
+  done.store(true);
+  controller.join();
+  monitor.join();
+  async.flush();
+
+  EXPECT_EQ(monitor_failure, "");
+  async.set_min_concurrent(2);
+  EXPECT_EQ(async.put(lone), decision::sync_uncontended) << "a put left counted in flight";
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.queued + s.sync, items.size());
+  EXPECT_LE(s.uncontended, s.sync);
+  EXPECT_GE(s.uncontended, 1u);
+  EXPECT_EQ(s.reaped, s.queued);
+  EXPECT_EQ(s.pending, 0u);
+  const auto once = std::count_if(items.begin(), items.end(), [](const item& i) { return i.destroyed.load() == 1; });
+  EXPECT_EQ(static_cast<std::size_t>(once), items.size());
+  RecordProperty("queued", static_cast<int>(s.queued));
+  RecordProperty("uncontended", static_cast<int>(s.uncontended));
 }
 
 TEST_F(AsyncTeardownStressTest, ProducersRacingShutdownLoseNothing) {

@@ -1,11 +1,11 @@
 // Specification of teardown/model/mm.hpp: every decision path of mmput_exit() (not the last
 // reference, toggle off, below the threshold and at it, MMF_OOM_SKIP, MMF_OOM_TARGETED, budget
-// full, after shutdown, queued), mmput() always inline and uncounted, the eager exit_aio (an
-// in-flight request blocks only the exiting thread, never the reaper), the memoised charge,
-// real backing memory (touched, unmapped, reclaimed), the OOM killer (mark before kill, every
-// sharer killed, victims never queued), tasks, the knobs and their validation, drain(),
-// freeze/thaw with a backlog. The MmSystemStressTest suite races spawns, CLONE_VM sharers,
-// exits, the toggle and OOM kills.
+// full, after shutdown, queued, and uncontended under the concurrency gate, alone and in a kill
+// storm), mmput() always inline and uncounted, the eager exit_aio (an in-flight request blocks
+// only the exiting thread, never the reaper), the memoised charge, real backing memory (touched,
+// unmapped, reclaimed), the OOM killer (mark before kill, every sharer killed, victims never
+// queued), tasks, the knobs and their validation, drain(), freeze/thaw with a backlog. The
+// MmSystemStressTest suite races spawns, CLONE_VM sharers, exits, the toggle and OOM kills.
 //
 // Nothing here asserts a time. A wait for another thread to reach a point is a loop on an
 // observable flag; the per-test hang_guard turns a hang into an abort naming the test. Trace
@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <latch>
 #include <limits>
 #include <map>
 #include <memory>
@@ -380,6 +381,98 @@ TEST_F(MmputExitTest, QueuedMmIsChargedItsRssUntilReaped) {
   kernel.thaw();
   kernel.flush();
   EXPECT_EQ(kernel.vmstat().pending_pages, 0u);
+}
+
+// --- mmput_exit: the concurrency gate (seed 004) -------------------------------------------------
+
+mm_system_options gated(std::uint64_t min_concurrent_exits) {
+  mm_system_options opts = async_on();
+  opts.min_concurrent_exits = min_concurrent_exits;
+  return opts;
+}
+
+TEST_F(MmputExitTest, LoneExitUnderTheGateTearsDownInlineWithoutTheEagerExitAioOrACharge) {
+  mm_system kernel(gated(4));
+  auto t = kernel.spawn(large);
+  grabbed mm(t->mm());
+
+  EXPECT_EQ(t->exit(), decision::sync_uncontended);
+
+  EXPECT_EQ(teardowns_of(*mm), 1u) << "torn down before exit returned";
+  EXPECT_EQ(mm->aio.exit_calls(), 1u) << "decided before the eager exit_aio: only the teardown's";
+  EXPECT_EQ(mm->reap_charge, 0u) << "never charged";
+  const auto v = kernel.vmstat();
+  EXPECT_EQ(v.sync, 1u);
+  EXPECT_EQ(v.uncontended, 1u);
+  EXPECT_EQ(v.queued, 0u);
+  EXPECT_EQ(v.pending_pages, 0u);
+  EXPECT_EQ(kernel.pending_high_water(), 0u);
+}
+
+TEST_F(MmputExitTest, GateDoesNotOverrideTheThresholdOrTheOomFlags) {
+  mm_system kernel(gated(4));
+  mm_struct* small = kernel.mm_alloc(thresh - 1);
+  mm_struct* victim = kernel.mm_alloc(large);
+  teardown::model::set_flag(*victim, MMF_OOM_TARGETED);
+
+  EXPECT_EQ(kernel.mmput_exit(*small), decision::sync_ineligible);
+  EXPECT_EQ(kernel.mmput_exit(*victim), decision::sync_ineligible);
+  EXPECT_EQ(kernel.vmstat().uncontended, 0u);
+}
+
+// A kill storm: 32 exits released together under a gate of 4. Each mm has an AIO request in
+// flight, so every exit blocks in exit_aio right after deciding — the eager one if it is to be
+// queued, its teardown's if it tears down inline — and the test completes the requests only
+// once all 32 are blocked. So all 32 decide while none has left: the k-th to enter counts at
+// least k exits in flight, and at most 3 (those entering first) can see fewer than 4. Whatever
+// the schedule, at least 29 queue.
+TEST_F(MmputExitTest, StormOfExitsUnderTheGateQueuesAllButAtMostTheFirstFew) {
+  constexpr std::size_t exits = 32;
+  constexpr std::uint64_t gate = 4;
+  mm_system kernel(gated(gate));
+  std::vector<std::unique_ptr<mm_system::task>> tasks;
+  std::deque<grabbed> mms;
+  for (std::size_t i = 0; i < exits; ++i) {
+    tasks.push_back(kernel.spawn(large));
+    mms.emplace_back(tasks.back()->mm());
+    ASSERT_TRUE(mms.back()->aio.submit());
+  }
+
+  std::latch start(exits);
+  std::vector<std::optional<decision>> decided(exits);
+  std::vector<std::thread> exiters;
+  for (std::size_t i = 0; i < exits; ++i) {
+    exiters.emplace_back([&, i] {
+      start.arrive_and_wait();
+      decided[i] = tasks[i]->exit();
+    });
+  }
+  wait_until([&] {
+    return std::all_of(mms.begin(), mms.end(), [](const grabbed& mm) { return mm->aio.exit_calls() >= 1; });
+  });
+  for (grabbed& mm : mms) mm->aio.complete();
+  for (std::thread& t : exiters) t.join();
+  kernel.flush();
+
+  std::size_t queued = 0, uncontended = 0;
+  for (const std::optional<decision>& d : decided) {
+    queued += d == decision::queued;
+    uncontended += d == decision::sync_uncontended;
+  }
+  EXPECT_EQ(queued + uncontended, exits) << "every exit either queued or was alone enough";
+  EXPECT_LE(uncontended, gate - 1);
+  EXPECT_GE(queued, exits - (gate - 1));
+  const auto v = kernel.vmstat();
+  EXPECT_EQ(v.queued, queued);
+  EXPECT_EQ(v.uncontended, uncontended);
+  EXPECT_EQ(v.sync, uncontended);
+  EXPECT_EQ(v.reaped, queued);
+  EXPECT_EQ(v.pending_pages, 0u);
+  for (const grabbed& mm : mms) EXPECT_EQ(teardowns_of(*mm), 1u);
+
+  // The storm over, the count is back at zero: a lone exit is alone again.
+  auto after = kernel.spawn(large);
+  EXPECT_EQ(after->exit(), decision::sync_uncontended);
 }
 
 // --- mmput: always inline, never counted -------------------------------------------------------
@@ -854,17 +947,19 @@ TEST_F(TaskTest, LastOfTheSharersToExitDecides) {
 
 constexpr std::uint64_t max_cap = teardown::budget::max_cap;
 
-// Sets all three knobs away from their defaults, so that an unchanged value is not a default.
+// Sets every knob away from its default, so that an unchanged value is not a default.
 void set_known_values(mm_system& kernel) {
   kernel.set_async_mm_teardown(true);
   kernel.set_thresh_pages(123);
   kernel.set_max_pending_pages(4567);
+  kernel.set_min_concurrent_exits(7);
 }
 
 void expect_known_values(const mm_system& kernel) {
   EXPECT_TRUE(kernel.async_mm_teardown());
   EXPECT_EQ(kernel.thresh_pages(), 123u);
   EXPECT_EQ(kernel.max_pending_pages(), 4567u);
+  EXPECT_EQ(kernel.min_concurrent_exits(), 7u);
 }
 
 TEST_F(KnobTest, DefaultsAreOffSixtyFourMibAndAQuarterOfPhysicalMemory) {
@@ -1029,7 +1124,71 @@ TEST_F(KnobTest, LoweredMaxPendingRejectsWhatNoLongerFits) {
   EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_rejected);
 }
 
-// Every malformed text, for every knob: refused, naming the knob, changing none of the three.
+TEST_F(KnobTest, MinConcurrentExitsDefaultsToOneTheGateOff) {
+  mm_system kernel(async_on());
+
+  EXPECT_EQ(kernel.min_concurrent_exits(), 1u);
+  EXPECT_EQ(kernel.get(mm_system::knob_min_concurrent), "1");
+  EXPECT_EQ(mm_system::knob_min_concurrent, "vm.async_mm_teardown_min_concurrent_exits");
+  mm_struct* mm = kernel.mm_alloc(large);
+  EXPECT_EQ(kernel.mmput_exit(*mm), decision::queued) << "a lone exit queues, as in the series";
+  kernel.flush();
+  EXPECT_EQ(kernel.vmstat().uncontended, 0u);
+}
+
+TEST_F(KnobTest, SetMinConcurrentExitsRefusesZeroAndAboveTheMaxNamingTheKnobAndChangesNothing) {
+  mm_system kernel;
+  set_known_values(kernel);
+
+  for (const std::uint64_t bad : {std::uint64_t{0}, mm_system::max_min_concurrent_exits + 1,
+                                  (std::uint64_t{1} << 32) | 4, std::numeric_limits<std::uint64_t>::max()}) {
+    SCOPED_TRACE("min_concurrent_exits " + std::to_string(bad));
+    try {
+      kernel.set_min_concurrent_exits(bad);
+      ADD_FAILURE() << "accepted it";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(mm_system::knob_min_concurrent), std::string::npos) << e.what();
+    }
+    expect_known_values(kernel);
+  }
+}
+
+TEST_F(KnobTest, MinConcurrentExitsAcceptsOneToTheMaxTypedAndAsText) {
+  mm_system kernel;
+
+  kernel.set_min_concurrent_exits(mm_system::max_min_concurrent_exits);
+  EXPECT_EQ(kernel.min_concurrent_exits(), mm_system::max_min_concurrent_exits);
+  kernel.set(mm_system::knob_min_concurrent, "4\n");
+  EXPECT_EQ(kernel.min_concurrent_exits(), 4u);
+  EXPECT_EQ(kernel.get(mm_system::knob_min_concurrent), "4");
+  kernel.set(mm_system::knob_min_concurrent, "1");
+  EXPECT_EQ(kernel.min_concurrent_exits(), 1u);
+}
+
+TEST_F(KnobTest, MinConcurrentExitsWrittenAsTextTakesEffect) {
+  mm_system kernel(async_on());
+  kernel.set(mm_system::knob_min_concurrent, "2");
+  mm_struct* alone = kernel.mm_alloc(large);
+  EXPECT_EQ(kernel.mmput_exit(*alone), decision::sync_uncontended);
+  kernel.set(mm_system::knob_min_concurrent, "1");
+  mm_struct* ungated = kernel.mm_alloc(large);
+  EXPECT_EQ(kernel.mmput_exit(*ungated), decision::queued);
+  kernel.flush();
+}
+
+TEST_F(KnobTest, ConstructorRefusesMinConcurrentExitsZero) {
+  mm_system_options opts;
+  opts.min_concurrent_exits = 0;
+
+  try {
+    mm_system kernel(opts);
+    FAIL() << "constructed with min_concurrent_exits = 0";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(mm_system::knob_min_concurrent), std::string::npos) << e.what();
+  }
+}
+
+// Every malformed text, for every knob: refused, naming the knob, changing none of them.
 struct bad_text {
   std::string_view knob;
   std::string value;
@@ -1059,6 +1218,7 @@ std::vector<bad_text> bad_texts() {
       {mm_system::knob_enabled, "toggle"},
       {mm_system::knob_thresh, "thresh"},
       {mm_system::knob_max_pending, "max_pending"},
+      {mm_system::knob_min_concurrent, "min_concurrent"},
   };
   std::vector<bad_text> out;
   for (const auto& [knob, knob_label] : knobs) {
@@ -1068,6 +1228,11 @@ std::vector<bad_text> bad_texts() {
   out.push_back({mm_system::knob_enabled, "10", "toggle_ten"});
   out.push_back({mm_system::knob_thresh, std::to_string(max_cap + 1), "thresh_above_max_cap"});
   out.push_back({mm_system::knob_max_pending, std::to_string(max_cap + 1) + "\n", "max_pending_above_max_cap"});
+  out.push_back({mm_system::knob_min_concurrent, "0", "min_concurrent_zero"});
+  out.push_back({mm_system::knob_min_concurrent, "0\n", "min_concurrent_zero_newline"});
+  out.push_back({mm_system::knob_min_concurrent, std::to_string(mm_system::max_min_concurrent_exits + 1),
+                 "min_concurrent_above_max"});
+  out.push_back({mm_system::knob_min_concurrent, "4294967297", "min_concurrent_two_to_the_32_plus_one"});
   return out;
 }
 
@@ -1412,6 +1577,16 @@ TEST_F(MmTest, CompiledOutSystemTearsEveryExitDownInlineAndStartsNoReaper) {
   const auto v = kernel.vmstat();
   EXPECT_EQ(v.queued + v.sync, 0u) << "the =n build has no counters";
   mm_system::mmdrop(*mm);
+}
+
+TEST_F(MmTest, CompiledOutSystemKeepsTheGateKnobAndStillTearsDownInline) {
+  compiled_out_system kernel;
+  kernel.set(mm_system::knob_min_concurrent, "4");
+  EXPECT_EQ(kernel.min_concurrent_exits(), 4u);
+  EXPECT_THROW(kernel.set_min_concurrent_exits(0), std::invalid_argument);
+  auto t = kernel.spawn(mm_system::default_thresh_pages() * 4);
+  EXPECT_EQ(t->exit(), decision::sync_disabled);
+  EXPECT_EQ(kernel.vmstat().uncontended, 0u);
 }
 
 TEST_F(MmTest, CompiledOutSystemHasNoToggleKnobButKeepsTheOthers) {

@@ -2,7 +2,8 @@
 // built on: what it offers and in which order, where accepted items are torn down and how they
 // are counted, what happens to declined items (back on the queue, torn down once by the worker;
 // inline when the reaper has stopped meanwhile), a take that throws, the refusal on the worker,
-// and flush() staying correct while a caller holds items it will decline. The
+// flush() staying correct while a caller holds items it will decline, and a freeze in the middle
+// of a batch handing the rest back so that a drain while frozen reaches it. The
 // ReaperDrainStressTest suite races producers, caller reaps and flushes.
 //
 // Nothing here asserts a time. A sleep is only ever a chance for a wrong implementation to
@@ -159,6 +160,69 @@ TEST_F(ReaperDrainTest, ItemsTheWorkerAlreadyHoldsAreNotOffered) {
   EXPECT_EQ(torn_down, 2u);
   release.count_down();
   reaper.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
+// A freeze lands while the worker is in the middle of a batch: it hands the rest back, so a
+// drain while frozen is offered every item not started yet, the handed-back ones first (they
+// are older than those queued meanwhile), and nothing is left behind the freeze.
+TEST_F(ReaperDrainTest, WorkerFrozenMidBatchHandsTheRestBackAndTheDrainReachesIt) {
+  auto jobs = make_jobs(6);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(first_item_blocks(release, started));
+  enqueue_as_one_batch(reaper, jobs);
+  wait_until(started);  // the worker holds 0..5 and is stuck on 0
+  std::thread freezer([&] { reaper.freeze(); });
+  std::this_thread::sleep_for(20ms);  // lets the freeze request arrive while item 0 runs
+  release.count_down();
+  freezer.join();  // parked after item 0
+  std::vector<std::size_t> offered;
+  const std::size_t torn_down = reaper.reap_on_caller([&](job& j) {
+    offered.push_back(j.id);
+    return true;
+  });
+  EXPECT_EQ(offered, (std::vector<std::size_t>{1, 2, 3, 4, 5})) << "the rest of the frozen batch, oldest first";
+  EXPECT_EQ(torn_down, 5u);
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size()) << "all torn down while the worker stayed frozen";
+  reaper.thaw();
+  reaper.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
+// The handed-back rest keeps its place under items queued while the worker was busy, and the
+// flush that batch was to complete waits for the pass that takes the rest again.
+TEST_F(ReaperDrainTest, HandedBackItemsStayOlderThanItemsQueuedMeanwhileAndFlushStillCoversThem) {
+  auto jobs = make_jobs(5);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(first_item_blocks(release, started));
+  reaper.freeze();
+  for (std::size_t i = 0; i < 3; ++i) reaper.enqueue(jobs[i]);
+  std::atomic<bool> flushed{false};
+  std::thread flusher([&] {
+    reaper.flush();
+    flushed.store(true);
+  });
+  std::this_thread::sleep_for(20ms);  // lets the flush ask before the batch is taken
+  reaper.thaw();
+  wait_until(started);  // the worker holds 0..2, the batch the flush waits for, stuck on 0
+  reaper.enqueue(jobs[3]);
+  reaper.enqueue(jobs[4]);
+  std::thread freezer([&] { reaper.freeze(); });
+  std::this_thread::sleep_for(20ms);  // lets the freeze arrive while item 0 runs
+  release.count_down();
+  freezer.join();
+  std::vector<std::size_t> offered;
+  (void)reaper.reap_on_caller([&](job& j) {
+    offered.push_back(j.id);
+    return false;  // all go back
+  });
+  EXPECT_EQ(offered, (std::vector<std::size_t>{1, 2, 3, 4}));
+  std::this_thread::sleep_for(20ms);  // a chance for a wrong flush to return early
+  EXPECT_FALSE(flushed.load()) << "the flush returned while items it covers were still queued";
+  reaper.thaw();
+  flusher.join();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
 }
 

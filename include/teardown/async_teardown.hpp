@@ -13,17 +13,33 @@
 //     teardown::async_teardown<buffer, &buffer::hook, buffer_traits> async({.threshold = 1 << 20});
 //     async.put(*b);                                  // returns a decision; never blocks on the reaper
 //
-// put(item), in this order (each step is the kernel's; the comments in put() say why):
+// put(item), in this order (each step is the kernel's but 4, seed 004's; the comments in put()
+// say why):
 //   1. toggle off                   -> destroy inline                      decision::sync_disabled
+//      with the gate on (min_concurrent > 1), this put counts as in flight from here until it
+//      returns, whatever it decides
 //   2. cost = traits.cost(item), read once
 //   3. cost < threshold, or !traits.eligible(item, cost)  -> inline       decision::sync_ineligible
-//   4. the reaper is stalled (watchdog) -> inline                         decision::sync_stalled
+//   4. the gate is on and fewer than min_concurrent puts are in flight, this one included
+//                                     -> inline                          decision::sync_uncontended
+//   5. the reaper is stalled (watchdog) -> inline                         decision::sync_stalled
 //      the composition was shut down  -> inline                          decision::sync_stopped
-//   5. traits.prepare(item), on the caller, before anything is charged
-//   6. budget.try_reserve(cost) fails -> inline                           decision::sync_rejected
-//   7. traits.charge(item) = cost; count; trace; hand to the reaper       decision::queued
+//   6. traits.prepare(item), on the caller, before anything is charged
+//   7. budget.try_reserve(cost) fails -> inline                           decision::sync_rejected
+//   8. traits.charge(item) = cost; count; trace; hand to the reaper       decision::queued
 // The reaper runs traits.destroy(item) and then releases exactly traits.charge(item), the
-// charge memoised at step 7 — never a fresh cost reading, which may have shrunk meanwhile.
+// charge memoised at step 8 — never a fresh cost reading, which may have shrunk meanwhile.
+//
+// The concurrency gate (seed 004: defer only when at least NR_MIN_EXITING_PROCESSES exit at
+// once). Under light load an inline teardown is the cheapest and runs cache-hot on the CPU that
+// used the item; in a storm of puts, handing the work to one reaper frees the CPUs the
+// foreground needs. min_concurrent = 1 (the default) is the kernel series' behaviour: no gate.
+// What it costs: with the gate off, one relaxed load of min_concurrent and a branch, no RMW;
+// with it on, a relaxed fetch_add at step 1 and a relaxed fetch_sub at the return, on one
+// in-flight counter that every putting CPU writes (a contended cache line, padded away from
+// everything else), plus one relaxed load at step 4. A put that began before the gate was
+// switched on is not counted, so just after the switch the count may read low (erring towards
+// inline); each put undoes only its own count, so the count never drifts.
 //
 // Traits (an object, stored by value; its functions may be static):
 //   cost(const T&) -> uint64_t            the size of the teardown, in budget units
@@ -48,28 +64,33 @@
 //   flush, flush_for, freeze, thaw, shutdown   any thread but the reaper's; may block (see
 //                             reaper.hpp). After shutdown, put tears down inline.
 //   enable, disable, set_enabled   any thread; writers serialize (static_key).
-//   set_threshold, set_max_pending, stats, stalled   any thread; wait-free.
+//   set_threshold, set_max_pending, set_min_concurrent, the getters, stats, stalled
+//                             any thread; wait-free (set_max_pending and set_min_concurrent
+//                             validate first and throw std::invalid_argument, changing nothing).
 //
 // Memory ordering: the item's contents reach the reaper through the llist (release add, acquire
-// del_all), the charge included, since it is written before the enqueue. The threshold and the
-// toggle are relaxed: they publish nothing. Counters are relaxed except where a snapshot needs
-// one counter's add to carry another's (see Counters).
+// del_all), the charge included, since it is written before the enqueue. The threshold, the
+// toggle, min_concurrent and the in-flight count are relaxed: they publish nothing (the count is
+// a load estimate; a stale reading only moves one decision between inline and queued). Counters
+// are relaxed except where a snapshot needs one counter's add to carry another's (see Counters).
 //
-// Counters (stats()): queued + sync = put calls; rejected and stalled are subsets of sync;
-// reaped counts queued items torn down, by the reaper or by drain (drained is that subset);
+// Counters (stats()): queued + sync = put calls; rejected, stalled and uncontended are subsets of
+// sync; reaped counts queued items torn down, by the reaper or by drain (drained is that subset);
 // once flush() returns with no put running, reaped == queued and pending == 0. A subset is
 // added after its superset, with release, and the snapshot reads it first, with acquire (reaped
 // likewise before queued), so a snapshot taken while puts run never shows a subset larger than
 // its superset, on any CPU.
 //
 // With Key = const_key<false> the deferred path is compiled out: no reaper thread, no counters,
-// no trace points; put() is traits.destroy(item) and returns sync_disabled.
+// no trace points, no in-flight count (min_concurrent is kept but unused); put() is
+// traits.destroy(item) and returns sync_disabled.
 #pragma once
 
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -88,20 +109,23 @@
 
 namespace teardown {
 
-/// What put() did with an item. Everything but `queued` means it was torn down inline.
+/// What put() did with an item. Everything but `queued` means it was torn down inline. The
+/// numbers are stable: a new decision takes the next free one, wherever it is listed.
 enum class decision : std::uint8_t {
-  queued,           // charged to the budget and handed to the reaper
-  sync_disabled,    // the toggle is off
-  sync_ineligible,  // cost below the threshold, or Traits::eligible refused it
-  sync_rejected,    // eligible, but the charge did not fit the budget
-  sync_stalled,     // eligible, but the reaper is stalled: queuing would only pile up behind it
-  sync_stopped,     // eligible, but the composition was shut down
-  sync_no_memory,   // eligible, but a layer above (deferred.hpp) could not allocate its node;
-                    // async_teardown::put itself never returns it
+  queued = 0,            // charged to the budget and handed to the reaper
+  sync_disabled = 1,     // the toggle is off
+  sync_ineligible = 2,   // cost below the threshold, or Traits::eligible refused it
+  sync_rejected = 3,     // eligible, but the charge did not fit the budget
+  sync_stalled = 4,      // eligible, but the reaper is stalled: queuing would only pile up behind it
+  sync_stopped = 5,      // eligible, but the composition was shut down
+  sync_uncontended = 7,  // eligible, but fewer than min_concurrent puts were in flight: inline is
+                         // cheaper while the CPUs are not crowded (the concurrency gate)
+  sync_no_memory = 6,    // eligible, but a layer above (deferred.hpp) could not allocate its node;
+                         // async_teardown::put itself never returns it
 };
 
-/// "queued", "disabled", "ineligible", "rejected", "stalled", "stopped", "no_memory": also the
-/// reasons the sync trace point carries.
+/// "queued", "disabled", "ineligible", "rejected", "stalled", "stopped", "uncontended",
+/// "no_memory": also the reasons the sync trace point carries.
 constexpr const char* to_string(decision d) noexcept {
   switch (d) {
     case decision::queued: return "queued";
@@ -110,6 +134,7 @@ constexpr const char* to_string(decision d) noexcept {
     case decision::sync_rejected: return "rejected";
     case decision::sync_stalled: return "stalled";
     case decision::sync_stopped: return "stopped";
+    case decision::sync_uncontended: return "uncontended";
     case decision::sync_no_memory: return "no_memory";
   }
   return "unknown";
@@ -130,6 +155,8 @@ struct async_teardown_options {
   std::uint64_t threshold = 0;                // items costing less are torn down inline
   std::uint64_t max_pending = budget::max_cap;  // the budget's cap, in cost units
   bool sync_when_stalled = true;              // the watchdog: see decision::sync_stalled
+  std::uint32_t min_concurrent = 1;           // the gate: see decision::sync_uncontended; 1 is
+                                              // off, 0 is refused (std::invalid_argument)
   reaper_options reaper{.name = "async_teardown"};
 };
 
@@ -138,6 +165,7 @@ struct async_teardown_stats {
   std::uint64_t sync = 0;        // put() tore the item down inline, for any reason
   std::uint64_t rejected = 0;    // subset of sync: the budget refused the charge
   std::uint64_t stalled = 0;     // subset of sync: the reaper was stalled
+  std::uint64_t uncontended = 0;  // subset of sync: fewer than min_concurrent puts in flight
   std::uint64_t reaped = 0;      // queued items torn down (by the reaper or by drain)
   std::uint64_t drained = 0;     // subset of reaped: torn down by drain() on a caller
   std::uint64_t errors = 0;      // destroy threw on the reaper or in drain
@@ -216,11 +244,13 @@ class async_teardown {
 
  public:
   /// Starts the reaper (unless the deferred path is compiled out). Throws std::invalid_argument
-  /// if max_pending > budget::max_cap, std::system_error if the thread cannot start.
+  /// if max_pending > budget::max_cap or min_concurrent == 0, std::system_error if the thread
+  /// cannot start.
   explicit async_teardown(async_teardown_options opts = {}, Traits traits = Traits{})
       : traits_(std::move(traits)),
         toggle_(detail::make_key<Key>(opts.enabled)),
         threshold_(opts.threshold),
+        min_concurrent_(validated_min_concurrent(opts.min_concurrent)),
         budget_(opts.max_pending),
         sync_when_stalled_(opts.sync_when_stalled),
         reaper_(start_reaper(this, std::move(opts.reaper))) {}
@@ -239,10 +269,24 @@ class async_teardown {
     } else {
       // The cost is not even read while the toggle is off: the disabled path pays the branch.
       if (!toggle_.enabled()) return tear_down_inline(item, 0, decision::sync_disabled);
+      // The gate off (1) keeps the shared count off the path: a load and a branch, no RMW. On,
+      // this put counts from here to every return, its inline teardown included: an exit that
+      // tears down on its own CPU is exactly the load the gate measures.
+      const std::uint32_t min_concurrent = min_concurrent_.load(std::memory_order_relaxed);
+      const in_flight_scope counted(min_concurrent > 1 ? &in_flight_.value : nullptr);
       // Read once: the same figure decides eligibility and is charged (it may shrink later).
       const std::uint64_t cost = traits_.cost(std::as_const(item));
       if (cost < threshold_.load(std::memory_order_relaxed) || !traits_.eligible(std::as_const(item), cost)) {
         return tear_down_inline(item, cost, decision::sync_ineligible);
+      }
+      // The gate, read now rather than at entry, so that puts which entered since count too.
+      // After eligibility: like the threshold it is a policy (on the load, not the size), and
+      // stopped and stalled go on counting only items that would otherwise have been queued.
+      // Before prepare and the reserve: an item kept inline is not prepared for a queue it will
+      // not join (prepare may block), and never touches the budget (a charge taken and given
+      // back would, under add-then-check, push concurrent puts into rejection for nothing).
+      if (counted.counts() && in_flight_.value.load(std::memory_order_relaxed) < min_concurrent) {
+        return tear_down_inline(item, cost, decision::sync_uncontended);
       }
       if (stopped_.load(std::memory_order_relaxed)) return tear_down_inline(item, cost, decision::sync_stopped);
       if (sync_when_stalled_ && reaper_->stalled()) return tear_down_inline(item, cost, decision::sync_stalled);
@@ -328,6 +372,14 @@ class async_teardown {
 
   std::uint64_t threshold() const noexcept { return threshold_.load(std::memory_order_relaxed); }
   void set_threshold(std::uint64_t cost) noexcept { threshold_.store(cost, std::memory_order_relaxed); }
+  /// The concurrency gate: an eligible item is torn down inline (decision::sync_uncontended)
+  /// while fewer than this many puts, its own included, are in flight. 1: off. Wait-free.
+  std::uint32_t min_concurrent() const noexcept { return min_concurrent_.load(std::memory_order_relaxed); }
+  /// Throws std::invalid_argument, changing nothing, for 0. Wait-free. A put already running
+  /// keeps the value it read at its entry.
+  void set_min_concurrent(std::uint32_t puts) {
+    min_concurrent_.store(validated_min_concurrent(puts), std::memory_order_relaxed);
+  }
   std::uint64_t max_pending() const noexcept { return budget_.cap(); }
   /// Throws std::invalid_argument, changing nothing, above budget::max_cap. Lowering it below
   /// what is pending queues nothing new until the reaper brings pending under it.
@@ -345,6 +397,7 @@ class async_teardown {
       s.queued = queued_.read();
       s.rejected = rejected_.read(std::memory_order_acquire);
       s.stalled = stalled_.read(std::memory_order_acquire);
+      s.uncontended = uncontended_.read(std::memory_order_acquire);
       s.sync = sync_.read();
       s.errors = reaper_->stats().errors;
     }
@@ -375,6 +428,31 @@ class async_teardown {
     }
   }
 
+  static std::uint32_t validated_min_concurrent(std::uint32_t puts) {
+    if (puts == 0) {
+      throw std::invalid_argument("teardown::async_teardown: min_concurrent must be at least 1 (1: no gate)");
+    }
+    return puts;
+  }
+
+  // Counts one put in flight for its lifetime, or nothing (the gate was off at its entry). Each
+  // put undoes only its own increment, so switching the gate never unbalances the count.
+  class in_flight_scope {
+   public:
+    explicit in_flight_scope(std::atomic<std::uint32_t>* count) noexcept : count_(count) {
+      if (count_ != nullptr) count_->fetch_add(1, std::memory_order_relaxed);
+    }
+    in_flight_scope(const in_flight_scope&) = delete;
+    in_flight_scope& operator=(const in_flight_scope&) = delete;
+    ~in_flight_scope() {
+      if (count_ != nullptr) count_->fetch_sub(1, std::memory_order_relaxed);
+    }
+    bool counts() const noexcept { return count_ != nullptr; }
+
+   private:
+    std::atomic<std::uint32_t>* count_;
+  };
+
   std::uint64_t item_id(const T& item) const noexcept {
     if constexpr (requires { traits_.id(item); }) {
       return static_cast<std::uint64_t>(traits_.id(item));
@@ -387,6 +465,7 @@ class async_teardown {
     sync_.add();  // before its subsets; release: pairs with the acquire reads in stats()
     if (why == decision::sync_rejected) rejected_.add(1, std::memory_order_release);
     if (why == decision::sync_stalled) stalled_.add(1, std::memory_order_release);
+    if (why == decision::sync_uncontended) uncontended_.add(1, std::memory_order_release);
     trace::sync(item_id(item), cost, to_string(why));
     traits_.destroy(item);
     return why;
@@ -420,13 +499,20 @@ class async_teardown {
   Traits traits_;
   Key toggle_;
   std::atomic<std::uint64_t> threshold_;
+  std::atomic<std::uint32_t> min_concurrent_;
   budget budget_;
   const bool sync_when_stalled_;
   std::atomic<bool> stopped_{false};
+  // Written by every put while the gate is on: a line of its own, so that it never invalidates
+  // the read-mostly knobs above.
+  struct alignas(64) padded_count {
+    std::atomic<std::uint32_t> value{0};
+  } in_flight_;
   sharded_counter queued_;
   sharded_counter sync_;
   sharded_counter rejected_;
   sharded_counter stalled_;
+  sharded_counter uncontended_;
   sharded_counter reaped_;
   sharded_counter drained_;
   // Last: constructed after, and destroyed (stopped, drained) before, everything reap() uses.

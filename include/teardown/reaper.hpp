@@ -15,7 +15,9 @@
 //                        stop(), and in a fork child, it runs fn(item) on the caller instead.
 //   flush, flush_for     any thread but the worker; may block (waits for the worker).
 //   freeze, thaw         any thread but the worker; freeze may block until the worker is parked
-//                        between items. Freezes nest; thaw without freeze throws.
+//                        between items. Freezes nest; thaw without freeze throws. A worker
+//                        frozen in the middle of a batch hands the rest of it back to the
+//                        queue, so that reap_on_caller reaches everything not yet started.
 //   stop                 any thread but the worker; may block (drains, then joins). Idempotent.
 //   stats, stalled       any thread; wait-free snapshots.
 //   fn                   runs on the worker; also on callers after stop(), in a fork child, and
@@ -326,7 +328,8 @@ class reaper final : private detail::fork_participant {
     return flush_until(std::chrono::steady_clock::now() + timeout);
   }
 
-  /// Returns once the worker is parked between items (or gone). Freezes nest. May block.
+  /// Returns once the worker is parked between items (or gone), holding none: the rest of a
+  /// batch it was in the middle of is back on the queue. Freezes nest. May block.
   void freeze() {
     refuse_on_worker("freeze");
     std::unique_lock lock(control_mutex_);
@@ -374,7 +377,9 @@ class reaper final : private detail::fork_participant {
   /// may read the item but must not free or re-queue it);
   /// the accepted ones are torn down here (counted in inline_reaped, errors go to on_error as
   /// usual) and the others go back on the queue, where they run behind items added meanwhile.
-  /// Returns how many were torn down here. Items the worker already holds are not touched.
+  /// Returns how many were torn down here. Items the worker already holds are not touched; a
+  /// frozen worker holds none (a freeze hands the rest of its batch back), so while frozen every
+  /// item not yet started is offered.
   /// Blocking: runs the teardowns, and takes the control mutex briefly. A flush() waits for
   /// every reap_on_caller in progress, so an item that went back is still covered by it.
   /// Refused (std::logic_error) on the worker. If take throws, everything not yet torn down
@@ -484,7 +489,9 @@ class reaper final : private detail::fork_participant {
       in_flight_ = queue_.del_all();
       const bool took = !in_flight_.empty();
       if (took) run_in_flight();
-      if (flush_target != 0) complete_flush(std::exchange(flush_target, 0));
+      // A batch a freeze handed back is not done: its flush waits for the pass that takes it again.
+      const bool handed_back = std::exchange(handed_back_, false);
+      if (flush_target != 0 && !handed_back) complete_flush(std::exchange(flush_target, 0));
       if (took || spin_found_work()) continue;
       sleep_until_kicked();
     }
@@ -555,8 +562,36 @@ class reaper final : private detail::fork_participant {
     }
     if (control_requested_.load(std::memory_order_relaxed)) {
       std::unique_lock lock(control_mutex_);
+      if (freeze_depth_ > 0 && !stop_requested_) hand_back_in_flight();
       park_while_frozen(lock);
     }
+  }
+
+  // A freeze in the middle of a batch: the rest of the batch goes back on the queue, under (older
+  // than) whatever was queued meanwhile, so that reap_on_caller reaches every item the frozen
+  // worker has not started (a drain under memory pressure finds nothing stuck behind a freeze:
+  // seed 003's thawing of an OOM victim, for the queue). The worker takes them again after thaw.
+  // A producer racing the hand-back may land under them: an order slip, nothing lost.
+  void hand_back_in_flight() noexcept {
+    if (in_flight_.empty()) return;
+    llist_chain<T, Hook> rest;  // front = newest, as on the queue
+    while (T* item = in_flight_.pop_front()) {
+      if (opts_.order == drain_order::oldest_first) {
+        rest.push_front(*item);  // in_flight_ ran oldest first
+      } else {
+        rest.push_back(*item);  // in_flight_ ran newest first
+      }
+    }
+    llist_batch<T, Hook> newer = queue_.del_all();  // newest first
+    llist_chain<T, Hook> on_top;
+    while (T* item = newer.pop_front()) on_top.push_back(*item);
+    (void)queue_.add_batch(std::move(rest));
+    (void)queue_.add_batch(std::move(on_top));
+    // The watchdog's clock starts now if nothing else had started it: stalled() then sees the
+    // items waiting behind the freeze, as it sees a frozen backlog.
+    std::uint64_t unset = 0;
+    (void)oldest_enqueue_ns_.compare_exchange_strong(unset, detail::monotonic_ns(), std::memory_order_relaxed);
+    handed_back_ = true;
   }
 
   void park_while_frozen(std::unique_lock<std::mutex>& lock) noexcept {
@@ -809,6 +844,7 @@ class reaper final : private detail::fork_participant {
   // Written by the worker for every item (and by the fork child handler, single-threaded).
   alignas(64) llist_batch<T, Hook> in_flight_;
   std::uint64_t last_yield_ns_ = 0;
+  bool handed_back_ = false;  // a freeze handed the batch back (worker only)
   std::atomic<std::uint64_t> reaped_{0};  // also by callers tearing down inline
   std::atomic<std::uint64_t> batches_{0};
   std::atomic<std::uint64_t> worker_cpu_ns_{0};

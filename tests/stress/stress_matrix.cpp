@@ -476,6 +476,142 @@ row shutdown_with_backlog(const run_mode& mode) {
   return s.finish();
 }
 
+// Seed 004's gate: a kill storm of 32 exits released together under
+// vm.async_mm_teardown_min_concurrent_exits = 4 queues its work, and a lone exit afterwards tears
+// down inline (uncontended). Deterministic: each mm has an AIO request in flight, so every exit
+// blocks in exit_aio right after deciding (the eager one if queued, the teardown's if inline),
+// and the requests complete only once all 32 are blocked. All 32 decide while none has left, so
+// at most the first 3 to enter can count fewer than 4 exits in flight.
+row kill_storm_gate(const run_mode& mode) {
+  constexpr std::size_t storm = 32;
+  constexpr std::uint64_t gate = 4;
+  mm_system_options opts = feature_on(gib_pages(12));
+  opts.min_concurrent_exits = gate;
+  scenario s("kill storm, gate at 4", mode, std::move(opts));
+  const std::uint64_t size = 2 * s.kernel().thresh_pages();  // eligible; 4 GiB in all with real memory
+  std::vector<task_ptr> tasks;
+  std::vector<mm_struct*> blocked;  // held by the scenario (mmgrab) until it ends
+  for (std::size_t i = 0; i < storm; ++i) {
+    tasks.push_back(s.spawn(size));
+    mm_struct* mm = tasks.back()->mm();
+    if (mm->aio.submit()) blocked.push_back(mm);
+  }
+  s.check(blocked.size() == storm, "an AIO request was refused: the storm would not overlap");
+  std::latch start(static_cast<std::ptrdiff_t>(storm));
+  std::mutex lock;
+  std::vector<decision> ds;
+  std::vector<std::thread> threads;
+  for (task_ptr& t : tasks) {
+    threads.emplace_back([&, task = t.get()] {
+      start.arrive_and_wait();
+      if (auto d = s.exit(*task)) {
+        const std::lock_guard guard(lock);
+        ds.push_back(*d);
+      }
+    });
+  }
+  for (mm_struct* mm : blocked) {
+    while (mm->aio.exit_calls() == 0) std::this_thread::yield();  // decided, and blocked
+  }
+  for (mm_struct* mm : blocked) mm->aio.complete();
+  for (std::thread& t : threads) t.join();
+  tasks.clear();
+  const std::size_t queued = count(ds, decision::queued);
+  const std::size_t uncontended = count(ds, decision::sync_uncontended);
+  s.check(queued + uncontended == storm, "a storm exit was neither queued nor uncontended");
+  s.check(uncontended <= gate - 1, std::to_string(uncontended) + " storm exits uncontended, expected at most 3");
+  s.check(queued > 0, "the storm queued nothing");
+  s.kernel().flush();
+  task_ptr lone = s.spawn(size);
+  s.check(s.exit(*lone) == decision::sync_uncontended, "a lone exit after the storm was not sync_uncontended");
+  const vmstat v = s.kernel().vmstat();
+  s.check(v.uncontended == uncontended + 1, "vmstat uncontended does not match the decisions");
+  s.check(v.uncontended <= v.sync, "uncontended > sync");
+  s.detail("32 exits released together, gate at 4: " + std::to_string(queued) + " queued, " +
+           std::to_string(uncontended) + " uncontended (at most 3); a lone exit afterwards uncontended");
+  return s.finish();
+}
+
+// The walk's record for one mm, read under its mmap_lock.
+chunk_walk walk_of(mm_struct& mm) {
+  const std::lock_guard guard(mm.mmap_lock);
+  return mm.walk;
+}
+
+// Thaw on urgency (seed 003's patch 1): with the mm_reaper frozen over a 16 x 0.5 GiB backlog,
+// an OOM kill of a CLONE_VM pair (the last exit synchronous, the oom_reaper on the same mm) and
+// a pressure drain of 2 GiB both release memory before the thaw.
+row oom_kill_while_frozen(const run_mode& mode) {
+  scenario s("oom kill + drain, reaper frozen", mode, feature_on(gib_pages(12)));
+  s.queue_frozen_backlog(16, gib_pages(0.5));
+  task_ptr owner = s.spawn(gib_pages(0.5));
+  task_ptr victim = s.clone_vm(*owner);  // the victim shares the owner's mm
+  mm_struct* mm = victim->mm();          // held by the scenario (mmgrab) until it ends
+  s.check(s.kernel().oom_kill(*victim) == 2, "the kill did not sweep the owner too");
+  s.check(!s.exit(*victim).has_value(), "the victim's exit was the last");
+  s.check(s.exit(*owner) == decision::sync_ineligible, "the last exit of an OOM-killed mm was not synchronous");
+  const teardown::drain_result drained = s.kernel().drain(gib_pages(2));
+  s.kernel().flush_oom_reaper();
+  // Before the thaw: the victim's memory and the drained part of the backlog are back.
+  const chunk_walk walk = walk_of(*mm);
+  const oom_reap_stats o = s.kernel().oom_reap_statistics();
+  s.check(mm->teardowns.load() == 1, "the victim's mm was not torn down exactly once while frozen");
+  s.check(get_mm_rss(*mm) == 0, "the victim's RSS is not 0 while frozen");
+  s.check(walk.exit_pages + walk.reaper_pages == gib_pages(0.5), "the two sides' pages do not add up to the RSS");
+  s.check(o.queued == 1 && o.reaped == 1, "the oom_reaper did not take the victim exactly once");
+  s.check(drained.items == 4, "drain(2 GiB) did not take four 0.5 GiB mms while frozen");
+  s.check(s.kernel().vmstat().reaped == drained.items, "the frozen mm_reaper tore something down");
+  s.kernel().thaw();
+  s.detail("frozen over 16 x 0.5 GiB: the victim's 0.5 GiB came back (exit " + std::to_string(walk.exit_pages) +
+           " + oom_reaper " + std::to_string(walk.reaper_pages) + " pages) and drain took " +
+           std::to_string(drained.items) + " mms before thaw");
+  return s.finish();
+}
+
+// The oom_reaper racing its victims' exits from each end in turn: CLONE_VM pairs, both holders
+// exiting on their own threads the moment they are killed. Each mm is torn down once, and the
+// pages the two sides released add up to the RSS, per mm and in all.
+row oom_reaper_race(const run_mode& mode) {
+  scenario s("oom reaper race, both ends", mode, feature_on(gib_pages(12)));
+  const std::uint64_t size = mode.memory == backing::real ? gib_pages(0.25) : gib_pages(0.5);
+  const int reps = 4 * mode.repeat;
+  std::string split;
+  for (const reap_direction direction : {reap_direction::same, reap_direction::other}) {
+    s.kernel().set_oom_reap_direction(direction);
+    const oom_reap_stats before = s.kernel().oom_reap_statistics();
+    for (int i = 0; i < reps; ++i) {
+      task_ptr first = s.spawn(size);
+      task_ptr second = s.clone_vm(*first);
+      mm_struct* mm = first->mm();
+      std::vector<std::thread> exits;
+      for (mm_system::task* t : {first.get(), second.get()}) {
+        exits.emplace_back([&s, t] {
+          while (!t->killed()) std::this_thread::yield();
+          if (auto d = s.exit(*t)) s.check(*d == decision::sync_ineligible, "a killed pair's last exit was not sync");
+        });
+      }
+      s.check(s.kernel().oom_kill(i % 2 == 0 ? *first : *second) == 2, "the kill did not sweep both sharers");
+      for (std::thread& t : exits) t.join();
+      s.kernel().flush_oom_reaper();
+      const chunk_walk walk = walk_of(*mm);
+      s.check(mm->teardowns.load() == 1, "a raced mm was not torn down exactly once");
+      s.check(get_mm_rss(*mm) == 0 && walk.finished && walk.unmapped_below == walk.chunks,
+              "a raced mm was left with memory or mapped chunks");
+      s.check(walk.exit_pages + walk.reaper_pages == size, "a raced mm's two sides do not add up to its RSS");
+    }
+    const oom_reap_stats after = s.kernel().oom_reap_statistics();
+    const std::uint64_t exit_pages = after.exit_pages - before.exit_pages;
+    const std::uint64_t reaper_pages = after.reaper_pages - before.reaper_pages;
+    s.check(exit_pages + reaper_pages == static_cast<std::uint64_t>(reps) * size,
+            std::string(to_string(direction)) + ": the pages released do not add up to the RSS");
+    split += std::string(split.empty() ? "" : "; ") + to_string(direction) + ": exit " + std::to_string(exit_pages) +
+             " + oom_reaper " + std::to_string(reaper_pages);
+  }
+  s.check(s.kernel().oom_reap_statistics().errors == 0, "a MADV_DONTNEED failed");
+  s.detail(std::to_string(reps) + " killed CLONE_VM pairs per end, each torn down once; pages " + split);
+  return s.finish();
+}
+
 void print(const std::vector<row>& rows, const run_mode& mode) {
   std::printf("teardown stress matrix (%s memory, page %zu B, 0.5 GiB = %llu pages)\n\n",
               mode.memory == backing::real ? "real" : "simulated", mm_system::page_size(),
@@ -516,7 +652,8 @@ int main(int argc, char** argv) {
 
   std::vector<row> rows;
   for (auto* scenario_fn : {&backpressure, &oom_kill_during_backlog, &oom_targeted_probes, &toggle_mid_drain,
-                            &toggle_cycles, &freeze_thaw, &charge_memoisation, &pressure_drain, &shutdown_with_backlog}) {
+                            &toggle_cycles, &freeze_thaw, &charge_memoisation, &pressure_drain, &shutdown_with_backlog,
+                            &kill_storm_gate, &oom_kill_while_frozen, &oom_reaper_race}) {
     rows.push_back(scenario_fn(mode));
   }
   teardown::trace::clear_hook<teardown::trace::queue_event>();

@@ -11,21 +11,27 @@
 //
 // What is modelled, and how (the kernel's names throughout):
 //   mm_struct     mm_users (address-space users) and mm_count (references to the struct);
-//                 flags with MMF_OOM_SKIP and MMF_OOM_TARGETED; an RSS in pages that reclaim()
-//                 may shrink while the mm is queued; an AIO context whose exit_aio() is
-//                 idempotent and blocks until in-flight AIO completes; the llist hook and the
-//                 memoised charge; optionally real memory (an anonymous mapping of the RSS,
-//                 touched at creation, unmapped by the teardown), so teardown costs are real.
+//                 flags with MMF_OOM_SKIP, MMF_OOM_TARGETED and MMF_OOM_REAP_QUEUED; an RSS in
+//                 pages that reclaim() may shrink while the mm is queued; an AIO context whose
+//                 exit_aio() is idempotent and blocks until in-flight AIO completes; the
+//                 mm_reaper's llist hook and the memoised charge; optionally real memory (an
+//                 anonymous mapping of the RSS, touched at creation, unmapped by the teardown),
+//                 so teardown costs are real; for an OOM victim, the oom_reaper's hook and the
+//                 chunk walk its exit and the oom_reaper share.
 //   mm_system     the kernel: mm_alloc, mmget, mmput (always inline), mmput_exit (the deferral
 //                 path), mmgrab/mmdrop, tasks (thread groups holding an mm) with exit(),
-//                 mark_oom_victim, oom_kill, reclaim, the three knobs (typed setters and a
-//                 sysctl-style text interface), flush, drain, freeze/thaw and a vmstat snapshot.
+//                 mark_oom_victim, oom_kill and the oom_reaper thread, reclaim, the knobs
+//                 (typed setters and a sysctl-style text interface; vm.oom_reap_direction among
+//                 them), flush, drain, freeze/thaw, a vmstat snapshot and oom_reap_stats.
 //
 // mmput_exit(mm), as in the series:
 //   if the decrement of mm_users is not the last: return
 //   if vm.async_mm_teardown is off:               __mmput inline            (sync)
 //   rss = get_mm_rss(mm), once
 //   rss < thresh_pages, MMF_OOM_SKIP or MMF_OOM_TARGETED:  __mmput inline   (sync)
+//   fewer than min_concurrent_exits final exits in flight, this one included:
+//                                                  __mmput inline   (sync, uncontended)
+//     (seed 004's gate; at its default, 1, it is off and the exit path is the series')
 //   exit_aio(mm), eagerly, on the exiting thread
 //   charge rss to pending pages (add-then-check); if over max_pending_pages: inline (sync,
 //   rejected); else memoise the charge in the mm and queue it for the reaper   (queued)
@@ -41,7 +47,11 @@
 //                                       own exit path. Lock-free except exit_aio (may block)
 //                                       and an inline teardown.
 //   task::exit, mark_oom_victim, oom_kill   any thread; take the tasklist lock (may block
-//                                       briefly). A task's exit is idempotent.
+//                                       briefly). A task's exit is idempotent. oom_kill's
+//                                       hand-off to the oom_reaper is lock-free.
+//   flush_oom_reaper                    any thread but the oom_reaper; blocks until every victim
+//                                       queued before the call is reaped (its delay included).
+//   set_oom_reap_direction, set_oom_reap_delay, oom_reap_statistics   any thread; wait-free.
 //   reclaim                             any thread holding mm_count; takes the mm's mmap lock.
 //   knobs (set_*, set, get)             any thread; setters validate first and change nothing
 //                                       on error (std::invalid_argument naming the knob).
@@ -61,6 +71,36 @@
 // decrement, whichever task makes it: the victim, a sibling or a CLONE_VM sharer that
 // mark_oom_victim never saw. As in the kernel, this is belt and braces: a missed flag would
 // only queue a victim (a latency regression), never tear anything down twice or lose it.
+//
+// The OOM reaper (seed 003). oom_kill, after marking and killing, queues the victim's mm for the
+// oom_reaper thread (a teardown::reaper of its own, nice 0, never frozen) and holds a struct
+// reference (mmgrab) for it until the reap is over; MMF_OOM_REAP_QUEUED makes that once per mm.
+// The oom_reaper releases the victim's memory a chunk (oom_reap_chunk_bytes, 2 MiB) at a time
+// with MADV_DONTNEED (the pages go, the mapping stays) while the victim's own exit tears the
+// same mm down, also chunk by chunk, from the low end, with munmap. vm.oom_reap_direction says
+// where the oom_reaper starts: "other" (the default; seed 003's patch 2) at the high end, walking
+// down towards the exit path, "same" at the low end, walking up behind or ahead of it.
+// Who releases which chunk is settled per chunk under mmap_lock (mm_struct::walk): a side claims
+// a chunk under the lock, drops the lock for its syscall, and retakes it to record the chunk
+// done; a side that reaches the chunk the other holds waits for it (the model's page-table lock).
+// From the same end, whichever side is ahead does the work and the other trails it, waiting at
+// chunk after chunk; from the other end the two work apart and meet once.
+// The exit path unmaps every chunk exactly once, in order, and is the only side that unmaps; the
+// oom_reaper releases only chunks that are mapped, not yet released and not held by the exit
+// path, so it never touches an unmapped range. Each resident page is counted by exactly one
+// side, so the two counts add up to the RSS the walk started from, and only the exit path runs
+// __mmput, so an mm is still torn down exactly once. An mm no oom reap was queued for is unmapped
+// in one munmap under the lock, as before: the normal path pays nothing for this. Once the
+// chunked walk has begun, reclaim takes nothing from the mm. The kernel's oom_reaper first
+// waits OOM_REAPER_DELAY (2 s) for the victim to exit by itself; the model's delay is 0 unless
+// set_oom_reap_delay says otherwise, so that the race happens every time, and the destructor
+// cuts a delay short.
+//
+// Thaw on urgency (seed 003's patch 1: a frozen victim frees nothing). No OOM victim's memory
+// waits for the freezable mm_reaper: a victim is never queued (MMF_OOM_TARGETED), its final exit
+// tears down on the exiting thread, and the oom_reaper is never frozen. drain() tears queued mms
+// down on the caller while the mm_reaper is frozen, the rest of the batch the frozen mm_reaper
+// held included (a freeze hands it back to the queue: reaper.hpp).
 #pragma once
 
 #include <sys/mman.h>
@@ -69,7 +109,9 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -80,19 +122,36 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
+#include <utility>
 
 #include "teardown/async_teardown.hpp"
+#include "teardown/reaper.hpp"
 
 namespace teardown::model {
 
 /// Flag bits of mm_struct::flags (the kernel's bit numbers).
-inline constexpr unsigned MMF_OOM_SKIP = 21;      // hidden from the OOM killer: already reaped
-inline constexpr unsigned MMF_OOM_TARGETED = 32;  // the target of an in-flight OOM kill; sticky
+inline constexpr unsigned MMF_OOM_SKIP = 21;         // hidden from the OOM killer: already reaped
+inline constexpr unsigned MMF_OOM_REAP_QUEUED = 25;  // queued for the oom_reaper (once); sticky
+inline constexpr unsigned MMF_OOM_TARGETED = 32;     // the target of an in-flight OOM kill; sticky
 
 enum class backing {
   simulated,  // the RSS is only a number: teardown costs nothing real
   real,       // the RSS is an anonymous mapping, touched at creation and unmapped by teardown
 };
+
+/// vm.oom_reap_direction: where the oom_reaper starts on a victim the exit path is tearing down
+/// from the low end.
+enum class reap_direction : std::uint8_t {
+  same,   // the low end too, walking up: the two sides meet chunk after chunk
+  other,  // the high end, walking down: they meet once, in the middle (seed 003's patch 2)
+};
+
+/// "same" or "other", as the knob reads and writes it.
+constexpr const char* to_string(reap_direction d) noexcept { return d == reap_direction::same ? "same" : "other"; }
+
+/// The unit of an OOM victim's chunked teardown (a page table's reach on x86-64 with 4 KiB pages).
+inline constexpr std::size_t oom_reap_chunk_bytes = std::size_t{2} << 20;
 
 /// The model of an mm's AIO context: exit_aio() is idempotent and blocks until in-flight AIO
 /// completes (the reason the series runs it eagerly on the exiting thread).
@@ -137,6 +196,46 @@ class aio_context {
   std::atomic<std::uint32_t> exit_calls_{0};
 };
 
+struct mm_struct;
+
+/// The oom_reaper's queue hook, a member of the mm pointing back at it. A type of its own so
+/// that the oom_reaper's work is not charged to the mm's cpu_owner as the mm_reaper's is.
+struct oom_reap_request {
+  llist_node node;
+  mm_struct* mm = nullptr;         // set by mm_alloc
+  std::uint64_t queued_at_ns = 0;  // written by oom_kill before the enqueue
+};
+
+/// Where an OOM victim's chunked teardown stands (see the header comment). Guarded by the mm's
+/// mmap_lock; written by the exit path and the oom_reaper only.
+struct chunk_walk {
+  static constexpr std::uint64_t none = UINT64_MAX;
+
+  bool started = false;            // a side began the walk; reclaim takes nothing from here on
+  bool finished = false;           // the teardown unmapped everything (chunked or in one go)
+  std::uint64_t chunks = 0;        // chunk c covers pages [c * chunk_pages, (c + 1) * chunk_pages)
+  std::uint64_t chunk_pages = 0;
+  std::uint64_t rss_at_start = 0;  // resident then: the first rss_at_start pages (reclaim only
+                                   // ever drops the tail)
+  std::uint64_t unmapped_below = 0;  // the exit path unmapped chunks [0, unmapped_below) ...
+  bool exit_busy = false;            // ... and is unmapping chunk unmapped_below, lock dropped
+  std::uint64_t reaped_lo = 0;       // the oom_reaper released chunks [reaped_lo, reaped_hi)
+  std::uint64_t reaped_hi = 0;       // (those below unmapped_below are unmapped as well)
+  std::uint64_t reaper_busy = none;  // the chunk the oom_reaper is releasing, lock dropped
+  std::uint64_t exit_pages = 0;      // pages the exit path's munmaps released
+  std::uint64_t reaper_pages = 0;    // pages the oom_reaper's MADV_DONTNEED released
+
+  /// The pages of chunk c that were resident when the walk started.
+  std::uint64_t pages_in(std::uint64_t c) const noexcept {
+    const std::uint64_t first = c * chunk_pages;
+    return first >= rss_at_start ? 0 : std::min(chunk_pages, rss_at_start - first);
+  }
+  /// Still holds its pages: neither unmapped nor released.
+  bool resident(std::uint64_t c) const noexcept {
+    return c >= unmapped_below && !(c >= reaped_lo && c < reaped_hi);
+  }
+};
+
 /// The model mm_struct. Created by mm_system::mm_alloc; freed by the mmdrop that takes
 /// mm_count to zero. Fields are public, as in the kernel, with who writes each.
 struct mm_struct {
@@ -159,6 +258,11 @@ struct mm_struct {
   std::mutex mmap_lock;
   std::byte* base = nullptr;
   std::size_t mapped_bytes = 0;
+
+  // An OOM victim's teardown, shared by its exit path and the oom_reaper (see the header comment).
+  oom_reap_request oom_reap{};             // the oom_reaper's hook; queued at most once
+  chunk_walk walk;                         // guarded by mmap_lock
+  std::condition_variable chunk_released;  // with mmap_lock: a side let go of a chunk
 };
 
 inline bool test_flag(const mm_struct& mm, unsigned bit) noexcept {
@@ -182,9 +286,27 @@ struct vmstat {
   std::uint64_t sync = 0;           // async_mm_teardown_sync: mmput_exit tore down inline
   std::uint64_t rejected = 0;       // async_mm_teardown_rejected: subset of sync
   std::uint64_t stalled = 0;        // subset of sync: the reaper was stalled
+  std::uint64_t uncontended = 0;    // subset of sync: fewer than min_concurrent_exits in flight
   std::uint64_t reaped = 0;         // queued mms torn down (by the reaper or by drain)
   std::uint64_t drained = 0;        // subset of reaped: torn down by drain()
   std::uint64_t pending_pages = 0;  // charged and not yet released
+};
+
+/// What the oom_reaper and the OOM victims' chunked exits did (seed 003), summed over victims.
+/// Times are steady_clock nanoseconds, each on the side's own thread.
+struct oom_reap_stats {
+  std::uint64_t queued = 0;          // victims oom_kill queued for the oom_reaper (once per mm)
+  std::uint64_t reaped = 0;          // victims the oom_reaper is done with
+  std::uint64_t skipped = 0;         // subset of reaped: already torn down (or MMF_OOM_SKIP)
+  std::uint64_t errors = 0;          // a MADV_DONTNEED failed; the exit path released the rest
+  std::uint64_t reaper_pages = 0;    // pages the oom_reaper released (MADV_DONTNEED)
+  std::uint64_t reaper_chunks = 0;   // chunks it released
+  std::uint64_t reaper_work_ns = 0;  // its time in madvise
+  std::uint64_t reaper_wait_ns = 0;  // its time waiting for a chunk the exit path held
+  std::uint64_t exit_pages = 0;      // pages the victims' exit paths released (munmap)
+  std::uint64_t exit_chunks = 0;     // chunks they unmapped
+  std::uint64_t exit_work_ns = 0;    // their time in munmap
+  std::uint64_t exit_wait_ns = 0;    // their time waiting for a chunk the oom_reaper held
 };
 
 struct mm_system_options {
@@ -194,6 +316,9 @@ struct mm_system_options {
   std::optional<std::uint64_t> max_pending_pages{};  // vm.async_mm_teardown_max_pending_pages;
                                                     // unset: a quarter of physical RAM
   bool sync_when_stalled = false;        // async_teardown's watchdog; the series has none
+  std::uint64_t min_concurrent_exits = 1;  // vm.async_mm_teardown_min_concurrent_exits: defer
+                                          // only while at least this many final exits run at
+                                          // once (seed 004); 1 is off, as in the series
   reaper_options reaper{.name = "mm_reaper"};
 };
 
@@ -225,6 +350,9 @@ class basic_mm_system {
   static constexpr std::string_view knob_enabled = "vm.async_mm_teardown";
   static constexpr std::string_view knob_thresh = "vm.async_mm_teardown_thresh_pages";
   static constexpr std::string_view knob_max_pending = "vm.async_mm_teardown_max_pending_pages";
+  static constexpr std::string_view knob_min_concurrent = "vm.async_mm_teardown_min_concurrent_exits";
+  /// The largest vm.async_mm_teardown_min_concurrent_exits: far beyond any number of CPUs.
+  static constexpr std::uint64_t max_min_concurrent_exits = std::uint64_t{1} << 20;
 
   /// A thread group: holds one mm_users reference from creation until exit().
   class task {
@@ -274,8 +402,9 @@ class basic_mm_system {
   basic_mm_system& operator=(const basic_mm_system&) = delete;
 
   /// Tears down everything queued, then stops the reaper. Every task must have exited and every
-  /// mm been put before.
-  ~basic_mm_system() = default;
+  /// mm been put before. Then the oom_reaper reaps every victim still queued for it (any delay
+  /// cut short) and stops, before anything it uses is destroyed.
+  ~basic_mm_system() { oom_reaper_stopping_.store(true, std::memory_order_relaxed); }
 
   static std::size_t page_size() noexcept { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
   static std::uint64_t default_thresh_pages() noexcept { return (std::uint64_t{64} << 20) / page_size(); }
@@ -303,6 +432,7 @@ class basic_mm_system {
     }
     auto mm = std::make_unique<mm_struct>();
     mm->id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+    mm->oom_reap.mm = mm.get();
     mm->rss_pages.store(static_cast<std::int64_t>(rss_pages), std::memory_order_relaxed);
     if (memory == backing::real && rss_pages > 0) {
       const std::size_t bytes = static_cast<std::size_t>(rss_pages) * page_size();
@@ -358,9 +488,11 @@ class basic_mm_system {
 
   /// Reclaim takes up to `pages` of the mm's RSS (real memory: the tail of the mapping is
   /// discarded with MADV_DONTNEED), even while the mm waits in the queue. Returns the pages
-  /// taken. The caller holds mm_count.
+  /// taken. The caller holds mm_count. Takes nothing from an mm whose chunked OOM teardown has
+  /// begun (the exit path and the oom_reaper account for every page there).
   std::uint64_t reclaim(mm_struct& mm, std::uint64_t pages) {
     const std::lock_guard lock(mm.mmap_lock);
+    if (mm.walk.started) return 0;
     const std::uint64_t rss = get_mm_rss(mm);
     const std::uint64_t taken = std::min(pages, rss);
     if (taken == 0) return 0;
@@ -406,25 +538,96 @@ class basic_mm_system {
   }
 
   /// The OOM killer's __oom_kill_process: marks the victim's mm, then kills every task that
-  /// holds it (the victim and every CLONE_VM sharer). Returns how many were killed; 0 if the
-  /// victim has already exited.
+  /// holds it (the victim and every CLONE_VM sharer), then queues the mm for the oom_reaper
+  /// (once per mm). Returns how many were killed; 0 if the victim has already exited. Depends on
+  /// neither reaper's progress: the oom_reaper is never frozen, and the hand-off is lock-free.
   std::size_t oom_kill(task& victim) {
-    const std::lock_guard lock(tasklist_lock_);
-    mm_struct* mm = victim.mm_;
-    if (mm == nullptr) return 0;
-    // Before any kill: a killed sharer may exit (and make the final decrement) at once; the
-    // lock orders this store before every holder's exit (see the header comment).
-    set_flag(*mm, MMF_OOM_TARGETED);
+    mm_struct* reap = nullptr;
     std::size_t killed = 0;
-    for (task* t : tasks_) {
-      if (t->mm_ == mm) {
-        t->killed_.store(true, std::memory_order_relaxed);  // the SIGKILL: a flag the owner polls
-        ++killed;
+    {
+      const std::lock_guard lock(tasklist_lock_);
+      mm_struct* mm = victim.mm_;
+      if (mm == nullptr) return 0;
+      // Before any kill: a killed sharer may exit (and make the final decrement) at once; the
+      // lock orders this store before every holder's exit (see the header comment).
+      set_flag(*mm, MMF_OOM_TARGETED);
+      for (task* t : tasks_) {
+        if (t->mm_ == mm) {
+          t->killed_.store(true, std::memory_order_relaxed);  // the SIGKILL: a flag the owner polls
+          ++killed;
+        }
+      }
+      oom_kills_.fetch_add(1, std::memory_order_relaxed);
+      // The kernel's queue_oom_reaper: test_and_set_bit, so an mm is queued once. Under the lock,
+      // like MMF_OOM_TARGETED, so every holder's exit sees it; mmgrab is safe while a task holds
+      // the mm, and keeps the struct alive until the oom_reaper is done with it.
+      const std::uint64_t queued_bit = std::uint64_t{1} << MMF_OOM_REAP_QUEUED;
+      if ((mm->flags.fetch_or(queued_bit, std::memory_order_relaxed) & queued_bit) == 0) {
+        mmgrab(*mm);
+        reap = mm;
       }
     }
-    oom_kills_.fetch_add(1, std::memory_order_relaxed);
+    if (reap != nullptr) {
+      reap->oom_reap.queued_at_ns = teardown::detail::monotonic_ns();
+      oom_.queued.fetch_add(1, std::memory_order_relaxed);  // before the enqueue: reaped never overtakes it
+      oom_reaper_.enqueue(reap->oom_reap);
+    }
     return killed;
   }
+
+  // ---- the OOM reaper ---------------------------------------------------------------------
+
+  static constexpr std::string_view knob_oom_reap_direction = "vm.oom_reap_direction";
+
+  /// Where the oom_reaper starts on a victim (read once per victim, when its walk begins).
+  reap_direction oom_reap_direction() const noexcept { return oom_reap_direction_.load(std::memory_order_relaxed); }
+  /// Throws std::invalid_argument naming the knob, changing nothing, for a value that is neither
+  /// reap_direction::same nor reap_direction::other.
+  void set_oom_reap_direction(reap_direction direction) {
+    if (direction != reap_direction::same && direction != reap_direction::other) {
+      throw bad_knob(knob_oom_reap_direction, std::to_string(static_cast<int>(direction)),
+                     "is not a direction (\"same\" or \"other\")");
+    }
+    oom_reap_direction_.store(direction, std::memory_order_relaxed);
+  }
+
+  /// How long the oom_reaper leaves a victim to its own exit before reaping it, counted from the
+  /// kill: the kernel's OOM_REAPER_DELAY (2 s). The model's default is 0, so that the oom_reaper
+  /// races the exit every time. A change applies to victims already waiting. A model parameter,
+  /// not a sysctl. Throws std::invalid_argument, changing nothing, for a negative delay.
+  std::chrono::nanoseconds oom_reap_delay() const noexcept {
+    return std::chrono::nanoseconds(oom_reap_delay_ns_.load(std::memory_order_relaxed));
+  }
+  void set_oom_reap_delay(std::chrono::nanoseconds delay) {
+    if (delay.count() < 0) throw std::invalid_argument("teardown::model::set_oom_reap_delay: negative delay; unchanged");
+    oom_reap_delay_ns_.store(static_cast<std::uint64_t>(delay.count()), std::memory_order_relaxed);
+  }
+
+  /// Blocks until every victim queued for the oom_reaper before the call has been reaped (and
+  /// its struct reference dropped). Waits out the delay, if one is set.
+  void flush_oom_reaper() { oom_reaper_.flush(); }
+
+  /// A snapshot; reaped is read before queued, so reaped <= queued.
+  oom_reap_stats oom_reap_statistics() const noexcept {
+    oom_reap_stats s;
+    // acquire: pairs with the release add in oom_reap; the queued add of every victim counted
+    // there happened before it (through the oom_reaper's queue).
+    s.reaped = oom_.reaped.load(std::memory_order_acquire);
+    s.skipped = oom_.skipped.load(std::memory_order_relaxed);
+    s.queued = oom_.queued.load(std::memory_order_relaxed);
+    s.errors = oom_.errors.load(std::memory_order_relaxed);
+    s.reaper_pages = oom_.reaper_pages.load(std::memory_order_relaxed);
+    s.reaper_chunks = oom_.reaper_chunks.load(std::memory_order_relaxed);
+    s.reaper_work_ns = oom_.reaper_work_ns.load(std::memory_order_relaxed);
+    s.reaper_wait_ns = oom_.reaper_wait_ns.load(std::memory_order_relaxed);
+    s.exit_pages = oom_.exit_pages.load(std::memory_order_relaxed);
+    s.exit_chunks = oom_.exit_chunks.load(std::memory_order_relaxed);
+    s.exit_work_ns = oom_.exit_work_ns.load(std::memory_order_relaxed);
+    s.exit_wait_ns = oom_.exit_wait_ns.load(std::memory_order_relaxed);
+    return s;
+  }
+  /// The oom_reaper thread's own statistics (CPU time, wake-ups...).
+  reaper_stats oom_reaper_statistics() const noexcept { return oom_reaper_.stats(); }
 
   // ---- knobs ------------------------------------------------------------------------------
 
@@ -438,12 +641,23 @@ class basic_mm_system {
   void set_thresh_pages(std::uint64_t pages) { async_.set_threshold(validated(knob_thresh, pages)); }
   std::uint64_t max_pending_pages() const noexcept { return async_.max_pending(); }
   void set_max_pending_pages(std::uint64_t pages) { async_.set_max_pending(validated(knob_max_pending, pages)); }
+  /// The concurrency gate: an eligible final exit tears down inline (decision::sync_uncontended)
+  /// while fewer than this many final exits, its own included, are in flight. 1: off.
+  std::uint64_t min_concurrent_exits() const noexcept { return async_.min_concurrent(); }
+  /// Throws std::invalid_argument naming the knob, changing nothing, for 0 or above
+  /// max_min_concurrent_exits.
+  void set_min_concurrent_exits(std::uint64_t exits) { async_.set_min_concurrent(validated_min_concurrent(exits)); }
 
   /// Writes a knob as sysctl would: `set("vm.async_mm_teardown", "1")`. The value is a decimal
-  /// number (one trailing newline allowed, as `echo` writes it); the toggle takes 0 or 1.
+  /// number (one trailing newline allowed, as `echo` writes it); the toggle takes 0 or 1;
+  /// vm.oom_reap_direction takes "same" or "other" (the same newline allowed).
   /// Throws std::invalid_argument naming the knob, changing nothing, for an unknown knob or a
   /// malformed or out-of-range value.
   void set(std::string_view knob, std::string_view value) {
+    if (knob == knob_oom_reap_direction) {
+      set_oom_reap_direction(parse_direction(value));
+      return;
+    }
     if (knob == knob_enabled && !compiled_out) {
       const std::uint64_t on = parse(knob, value);
       if (on > 1) throw bad_knob(knob, value, "must be 0 or 1");
@@ -452,17 +666,21 @@ class basic_mm_system {
       set_thresh_pages(parse(knob, value));
     } else if (knob == knob_max_pending) {
       set_max_pending_pages(parse(knob, value));
+    } else if (knob == knob_min_concurrent) {
+      set_min_concurrent_exits(parse(knob, value));
     } else {
       throw std::invalid_argument("teardown::model: unknown knob \"" + std::string(knob) + "\"");
     }
   }
 
-  /// Reads a knob as sysctl would: the decimal value, no newline. Throws std::invalid_argument
-  /// for an unknown knob.
+  /// Reads a knob as sysctl would: the decimal value (vm.oom_reap_direction: "same" or
+  /// "other"), no newline. Throws std::invalid_argument for an unknown knob.
   std::string get(std::string_view knob) const {
+    if (knob == knob_oom_reap_direction) return to_string(oom_reap_direction());
     if (knob == knob_enabled && !compiled_out) return async_mm_teardown() ? "1" : "0";
     if (knob == knob_thresh) return std::to_string(thresh_pages());
     if (knob == knob_max_pending) return std::to_string(max_pending_pages());
+    if (knob == knob_min_concurrent) return std::to_string(min_concurrent_exits());
     throw std::invalid_argument("teardown::model: unknown knob \"" + std::string(knob) + "\"");
   }
 
@@ -487,7 +705,14 @@ class basic_mm_system {
   /// A snapshot (subsets are read before their supersets).
   teardown::model::vmstat vmstat() const noexcept {
     const async_teardown_stats s = async_.stats();
-    return {s.queued, s.sync, s.rejected, s.stalled, s.reaped, s.drained, s.pending};
+    return {.queued = s.queued,
+            .sync = s.sync,
+            .rejected = s.rejected,
+            .stalled = s.stalled,
+            .uncontended = s.uncontended,
+            .reaped = s.reaped,
+            .drained = s.drained,
+            .pending_pages = s.pending};
   }
   /// The budget's high-water mark of pending pages.
   std::uint64_t pending_high_water() const noexcept { return async_.stats().high_water; }
@@ -509,18 +734,186 @@ class basic_mm_system {
   void mmput_teardown(mm_struct& mm) noexcept {
     mm.aio.exit_aio();
     {
-      const std::lock_guard lock(mm.mmap_lock);
-      if (mm.base != nullptr) {
+      std::unique_lock lock(mm.mmap_lock);
+      // An oom_reaper queued for this mm (or already walking it) races this teardown: then chunk
+      // by chunk (see the header comment). Otherwise one munmap under the lock, as always. The
+      // relaxed flag is visible here for the reason MMF_OOM_TARGETED is; were it missed, the
+      // walk's `started`, read under the lock, would still keep the two sides apart.
+      if (mm.walk.started || test_flag(mm, MMF_OOM_REAP_QUEUED)) {
+        exit_walk(mm, lock);
+      } else if (mm.base != nullptr) {
         munmap(mm.base, mm.mapped_bytes);
-        mm.base = nullptr;
-        mm.mapped_bytes = 0;
       }
+      mm.base = nullptr;
+      mm.mapped_bytes = 0;
+      mm.walk.finished = true;
       mm.rss_pages.store(0, std::memory_order_relaxed);
       set_flag(mm, MMF_OOM_SKIP);  // exit_mmap hides the mm from the OOM killer
     }
     mm.teardowns.fetch_add(1, std::memory_order_relaxed);
     teardowns_.fetch_add(1, std::memory_order_relaxed);
     mmdrop(mm);  // may free mm
+  }
+
+  // ---- the chunked teardown of an OOM victim (under mmap_lock unless said otherwise) --------
+
+  // At most this many chunks for simulated memory: a huge simulated RSS gets larger chunks, so
+  // that a walk costs bounded bookkeeping. Real memory always walks oom_reap_chunk_bytes.
+  static constexpr std::uint64_t max_simulated_chunks = std::uint64_t{1} << 16;
+
+  // The first side to arrive lays out the chunks, from the mapping and the RSS as they are now.
+  static void start_walk(mm_struct& mm) noexcept {
+    chunk_walk& walk = mm.walk;
+    if (walk.started) return;
+    walk.started = true;
+    walk.rss_at_start = get_mm_rss(mm);
+    const std::uint64_t natural = std::max<std::uint64_t>(oom_reap_chunk_bytes / page_size(), 1);
+    if (mm.base != nullptr) {
+      walk.chunk_pages = natural;
+      const std::uint64_t chunk_bytes = natural * page_size();
+      walk.chunks = (mm.mapped_bytes + chunk_bytes - 1) / chunk_bytes;
+    } else {
+      walk.chunk_pages = std::max(natural, (walk.rss_at_start + max_simulated_chunks - 1) / max_simulated_chunks);
+      walk.chunks = (walk.rss_at_start + walk.chunk_pages - 1) / walk.chunk_pages;
+    }
+  }
+
+  // Chunk c of a real mapping; {nullptr, 0} for simulated memory. base and mapped_bytes stay put
+  // until the exit path has unmapped the last chunk.
+  static std::pair<std::byte*, std::size_t> chunk_range(const mm_struct& mm, std::uint64_t c) noexcept {
+    if (mm.base == nullptr) return {nullptr, 0};
+    const std::size_t chunk_bytes = static_cast<std::size_t>(mm.walk.chunk_pages) * page_size();
+    const std::size_t begin = static_cast<std::size_t>(c) * chunk_bytes;
+    return {mm.base + begin, std::min(chunk_bytes, mm.mapped_bytes - begin)};
+  }
+
+  // Sleeps until the other side lets go of a chunk (mmap_lock dropped meanwhile); the caller
+  // looks again. The time goes to `waited`.
+  static void wait_for_chunk(mm_struct& mm, std::unique_lock<std::mutex>& lock,
+                             std::atomic<std::uint64_t>& waited) noexcept {
+    const std::uint64_t since = teardown::detail::monotonic_ns();
+    mm.chunk_released.wait(lock);
+    waited.fetch_add(teardown::detail::monotonic_ns() - since, std::memory_order_relaxed);
+  }
+
+  // The exit path's side: unmaps every chunk, low to high, each exactly once. It waits for a
+  // chunk the oom_reaper holds, then unmaps it too (its pages are gone already: they were the
+  // oom_reaper's to count).
+  void exit_walk(mm_struct& mm, std::unique_lock<std::mutex>& lock) noexcept {
+    chunk_walk& walk = mm.walk;
+    start_walk(mm);
+    while (walk.unmapped_below < walk.chunks) {
+      const std::uint64_t c = walk.unmapped_below;
+      if (walk.reaper_busy == c) {
+        wait_for_chunk(mm, lock, oom_.exit_wait_ns);
+        continue;
+      }
+      const std::uint64_t pages = walk.resident(c) ? walk.pages_in(c) : 0;
+      const auto [at, bytes] = chunk_range(mm, c);
+      walk.exit_busy = true;
+      lock.unlock();
+      const std::uint64_t start = teardown::detail::monotonic_ns();
+      if (at != nullptr) munmap(at, bytes);
+      const std::uint64_t took = teardown::detail::monotonic_ns() - start;
+      lock.lock();
+      walk.exit_busy = false;
+      walk.unmapped_below = c + 1;
+      walk.exit_pages += pages;
+      mm.rss_pages.fetch_sub(static_cast<std::int64_t>(pages), std::memory_order_relaxed);
+      mm.chunk_released.notify_all();
+      oom_.exit_pages.fetch_add(pages, std::memory_order_relaxed);
+      oom_.exit_chunks.fetch_add(1, std::memory_order_relaxed);
+      oom_.exit_work_ns.fetch_add(took, std::memory_order_relaxed);
+    }
+  }
+
+  // Records chunk c released by the oom_reaper. Its walk is contiguous, except that walking up
+  // it may jump over chunks the exit path has unmapped: the old run then lies wholly below
+  // unmapped_below, and only the new one matters.
+  static void mark_reaped(chunk_walk& walk, std::uint64_t c) noexcept {
+    if (walk.reaped_lo != walk.reaped_hi && c == walk.reaped_hi) {
+      ++walk.reaped_hi;
+    } else if (walk.reaped_lo != walk.reaped_hi && c + 1 == walk.reaped_lo) {
+      --walk.reaped_lo;
+    } else {
+      walk.reaped_lo = c;
+      walk.reaped_hi = c + 1;
+    }
+  }
+
+  // The oom_reaper's side: releases (MADV_DONTNEED) every chunk that is still mapped and not
+  // held by the exit path, from the end the knob names. Takes mmap_lock itself.
+  void oom_reap_walk(mm_struct& mm) noexcept {
+    std::unique_lock lock(mm.mmap_lock);
+    chunk_walk& walk = mm.walk;
+    // Torn down already, or hidden from the OOM killer (the kernel's oom_reaper skips an mm
+    // with MMF_OOM_SKIP): nothing to do.
+    if (walk.finished || (!walk.started && test_flag(mm, MMF_OOM_SKIP))) {
+      oom_.skipped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    start_walk(mm);
+    const bool downward = oom_reap_direction_.load(std::memory_order_relaxed) == reap_direction::other;
+    std::uint64_t next = downward ? walk.chunks : 0;  // downward: the next chunk is next - 1
+    for (;;) {
+      std::uint64_t c = 0;
+      if (downward) {
+        if (next == 0 || next - 1 < walk.unmapped_below) break;  // the exit path has the rest
+        c = next - 1;
+      } else {
+        c = std::max(next, walk.unmapped_below);  // skip what the exit path has unmapped
+        if (c >= walk.chunks) break;
+      }
+      if (walk.exit_busy && c == walk.unmapped_below) {
+        wait_for_chunk(mm, lock, oom_.reaper_wait_ns);
+        continue;
+      }
+      // c is mapped (at or above unmapped_below, not the exit path's), and not released (the
+      // walk never comes back to a chunk): all of its pages are still there.
+      const std::uint64_t pages = walk.pages_in(c);
+      const auto [at, bytes] = chunk_range(mm, c);
+      walk.reaper_busy = c;
+      lock.unlock();
+      const std::uint64_t start = teardown::detail::monotonic_ns();
+      const bool released = at == nullptr || madvise(at, bytes, MADV_DONTNEED) == 0;
+      const std::uint64_t took = teardown::detail::monotonic_ns() - start;
+      lock.lock();
+      walk.reaper_busy = chunk_walk::none;
+      mm.chunk_released.notify_all();
+      oom_.reaper_work_ns.fetch_add(took, std::memory_order_relaxed);
+      if (!released) {
+        oom_.errors.fetch_add(1, std::memory_order_relaxed);  // the exit path will release the rest
+        break;
+      }
+      mark_reaped(walk, c);
+      walk.reaper_pages += pages;
+      mm.rss_pages.fetch_sub(static_cast<std::int64_t>(pages), std::memory_order_relaxed);
+      oom_.reaper_pages.fetch_add(pages, std::memory_order_relaxed);
+      oom_.reaper_chunks.fetch_add(1, std::memory_order_relaxed);
+      next = downward ? c : c + 1;
+    }
+    set_flag(mm, MMF_OOM_SKIP);  // as the kernel's oom_reaper does: the OOM killer moves on
+  }
+
+  // Waits out the oom reap delay, polling (no timed wait: see STYLE.md on ThreadSanitizer);
+  // the destructor cuts it short.
+  void wait_oom_reap_delay(std::uint64_t queued_at_ns) const noexcept {
+    for (;;) {
+      if (oom_reaper_stopping_.load(std::memory_order_relaxed)) return;
+      const std::uint64_t delay = oom_reap_delay_ns_.load(std::memory_order_relaxed);
+      const std::uint64_t waited = teardown::detail::monotonic_ns() - queued_at_ns;
+      if (waited >= delay) return;
+      std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<std::uint64_t>(delay - waited, 1'000'000)));
+    }
+  }
+
+  // On the oom_reaper: one victim.
+  void oom_reap(oom_reap_request& request) noexcept {
+    mm_struct& mm = *request.mm;
+    wait_oom_reap_delay(request.queued_at_ns);
+    oom_reap_walk(mm);
+    oom_.reaped.fetch_add(1, std::memory_order_release);  // pairs with oom_reap_statistics
+    mmdrop(mm);  // oom_kill's reference; may free mm
   }
 
   std::unique_ptr<task> attach(mm_struct& mm) {
@@ -539,6 +932,23 @@ class basic_mm_system {
       throw bad_knob(knob, std::to_string(pages), "is above the largest value, " + std::to_string(budget::max_cap));
     }
     return pages;
+  }
+
+  static std::uint32_t validated_min_concurrent(std::uint64_t exits) {
+    if (exits == 0) throw bad_knob(knob_min_concurrent, "0", "must be at least 1 (1: no gate)");
+    if (exits > max_min_concurrent_exits) {
+      throw bad_knob(knob_min_concurrent, std::to_string(exits),
+                     "is above the largest value, " + std::to_string(max_min_concurrent_exits));
+    }
+    return static_cast<std::uint32_t>(exits);
+  }
+
+  static reap_direction parse_direction(std::string_view text) {
+    std::string_view word = text;
+    if (!word.empty() && word.back() == '\n') word.remove_suffix(1);
+    if (word == "same") return reap_direction::same;
+    if (word == "other") return reap_direction::other;
+    throw bad_knob(knob_oom_reap_direction, text, "must be \"same\" or \"other\"");
   }
 
   static std::uint64_t parse(std::string_view knob, std::string_view text) {
@@ -565,6 +975,7 @@ class basic_mm_system {
     out.threshold = validated(knob_thresh, opts.thresh_pages.value_or(default_thresh_pages()));
     out.max_pending = validated(knob_max_pending, opts.max_pending_pages.value_or(default_max_pending_pages()));
     out.sync_when_stalled = opts.sync_when_stalled;
+    out.min_concurrent = validated_min_concurrent(opts.min_concurrent_exits);
     out.reaper = std::move(opts.reaper);
     return out;
   }
@@ -574,6 +985,24 @@ class basic_mm_system {
   std::atomic<std::uint64_t> teardowns_{0};
   mutable std::mutex tasklist_lock_;
   std::set<task*> tasks_;  // live tasks; guarded by tasklist_lock_
+
+  // The OOM reaper: what it reads comes before it, so it stops before any of that dies.
+  struct oom_counters {  // relaxed, except reaped (see oom_reap_statistics)
+    std::atomic<std::uint64_t> queued{0}, reaped{0}, skipped{0}, errors{0};
+    std::atomic<std::uint64_t> reaper_pages{0}, reaper_chunks{0}, reaper_work_ns{0}, reaper_wait_ns{0};
+    std::atomic<std::uint64_t> exit_pages{0}, exit_chunks{0}, exit_work_ns{0}, exit_wait_ns{0};
+  };
+  struct oom_reap_fn {
+    basic_mm_system* system;
+    void operator()(oom_reap_request& request) const noexcept { system->oom_reap(request); }
+  };
+  oom_counters oom_;
+  std::atomic<reap_direction> oom_reap_direction_{reap_direction::other};
+  std::atomic<std::uint64_t> oom_reap_delay_ns_{0};
+  std::atomic<bool> oom_reaper_stopping_{false};  // set by the destructor: no more waiting
+  // Not freezable (freeze() is the mm_reaper's), nice 0 like the kernel's oom_reaper kthread.
+  reaper<oom_reap_request, &oom_reap_request::node, oom_reap_fn> oom_reaper_{
+      oom_reap_fn{this}, reaper_options{.name = "oom_reaper", .nice = 0}};
   // Last: destroyed first, so the backlog is torn down while everything it uses is alive.
   async_teardown<mm_struct, &mm_struct::reap_node, mm_traits, Key> async_;
 };
