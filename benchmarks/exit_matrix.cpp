@@ -132,6 +132,8 @@
 
 #include "teardown/model/mm.hpp"
 
+#include "machine_info.hpp"
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -607,16 +609,7 @@ class matrix {
  private:
   // ---- helpers ----
 
-  static std::string cpu_model() {
-    std::ifstream in("/proc/cpuinfo");
-    for (std::string line; std::getline(in, line);) {
-      if (line.starts_with("model name") || line.starts_with("Model")) {
-        const std::size_t colon = line.find(':');
-        if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-      }
-    }
-    return "";
-  }
+  static std::string cpu_model() { return teardown_bench::cpu_model(); }
 
   // Other work on the machine stretches the nice-19 reaper's share of a CPU: worth recording.
   static double load_average() {

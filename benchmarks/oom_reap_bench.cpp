@@ -86,6 +86,8 @@
 
 #include "teardown/model/mm.hpp"
 
+#include "machine_info.hpp"
+
 namespace {
 
 using teardown::model::backing;
@@ -174,24 +176,8 @@ std::uint64_t meminfo_kib(const char* key) {
   return 0;
 }
 
-std::string first_line(const char* path) {
-  std::ifstream file(path);
-  std::string line;
-  std::getline(file, line);
-  return line;
-}
-
-std::string cpu_model() {
-  std::ifstream file("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(file, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
+using teardown_bench::cpu_model;
+using teardown_bench::first_line;
 
 struct summary {
   double median = NAN, min = NAN, max = NAN;

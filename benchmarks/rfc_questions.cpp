@@ -38,6 +38,8 @@
 // a minute on a quiet 2-CPU machine.
 #include <teardown/model/mm.hpp>
 
+#include "machine_info.hpp"
+
 #include <sched.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -126,24 +128,8 @@ std::uint64_t proc_kib(const char* path, const char* key) {
 double mem_available_gib() { return double(proc_kib("/proc/meminfo", "MemAvailable")) / (1 << 20); }
 double rss_gib() { return double(proc_kib("/proc/self/status", "VmRSS")) / (1 << 20); }
 
-std::string first_line(const char* path) {
-  std::ifstream file(path);
-  std::string line;
-  std::getline(file, line);
-  return line;
-}
-
-std::string cpu_model() {
-  std::ifstream file("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(file, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  }
-  return "unknown";
-}
+using teardown_bench::cpu_model;
+using teardown_bench::first_line;
 
 // The CPUs this process may run on (what the reapers and exiting threads can use).
 unsigned usable_cpus() {
