@@ -93,38 +93,28 @@ for name in llist_bench gate_bench reaper_bench; do
   wrote+=("$out_dir/$name.json" "$out_dir/$name.txt")
 done
 
-if [ -x "$bin/exit_matrix" ]; then
-  exit_args=(--out "$out_dir/exit_matrix.json")
-  if $quick; then exit_args+=(--quick); fi
-  read -ra extra <<< "${EXIT_MATRIX_ARGS:-}"
-  exit_args+=("${extra[@]}")
-  echo "==> exit_matrix ${exit_args[*]}"
-  "$bin/exit_matrix" "${exit_args[@]}" 2>&1 | tee "$out_dir/exit_matrix.txt"
-  wrote+=("$out_dir/exit_matrix.json" "$out_dir/exit_matrix.txt")
-else
-  echo "==> exit_matrix skipped: $bin/exit_matrix was not built"
-fi
+# run_macro NAME [EXTRA FLAGS...]: a plain program that writes its JSON with --out (and takes
+# --quick); its console output goes to NAME.txt. Skipped with a message if it was not built.
+run_macro() {
+  local name=$1
+  shift
+  if [ ! -x "$bin/$name" ]; then
+    echo "==> $name skipped: $bin/$name was not built"
+    return
+  fi
+  local args=(--out "$out_dir/$name.json")
+  if $quick; then args+=(--quick); fi
+  args+=("$@")
+  echo "==> $name ${args[*]}"
+  "$bin/$name" "${args[@]}" 2>&1 | tee "$out_dir/$name.txt"
+  wrote+=("$out_dir/$name.json" "$out_dir/$name.txt")
+}
 
-if [ -x "$bin/rfc_questions" ]; then
-  rfc_args=(--out "$out_dir/rfc_questions.json")
-  if $quick; then rfc_args+=(--quick); fi
-  read -ra extra <<< "${RFC_QUESTIONS_ARGS:-}"
-  rfc_args+=("${extra[@]}")
-  echo "==> rfc_questions ${rfc_args[*]}"
-  "$bin/rfc_questions" "${rfc_args[@]}" 2>&1 | tee "$out_dir/rfc_questions.txt"
-  wrote+=("$out_dir/rfc_questions.json" "$out_dir/rfc_questions.txt")
-else
-  echo "==> rfc_questions skipped: $bin/rfc_questions was not built"
-fi
-if [ -x "$bin/oom_reap_bench" ]; then
-  oom_args=(--out "$out_dir/oom_reap_bench.json")
-  if $quick; then oom_args+=(--quick); fi
-  echo "==> oom_reap_bench ${oom_args[*]}"
-  "$bin/oom_reap_bench" "${oom_args[@]}" 2>&1 | tee "$out_dir/oom_reap_bench.txt"
-  wrote+=("$out_dir/oom_reap_bench.json" "$out_dir/oom_reap_bench.txt")
-else
-  echo "==> oom_reap_bench skipped: $bin/oom_reap_bench was not built"
-fi
+read -ra exit_matrix_args <<< "${EXIT_MATRIX_ARGS:-}"
+read -ra rfc_questions_args <<< "${RFC_QUESTIONS_ARGS:-}"
+run_macro exit_matrix "${exit_matrix_args[@]}"
+run_macro rfc_questions "${rfc_questions_args[@]}"
+run_macro oom_reap_bench
 echo "==> benchmarks took $((SECONDS - started)) s"
 
 echo "==> plotting into $img_dir"
