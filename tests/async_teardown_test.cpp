@@ -1026,6 +1026,168 @@ TEST_F(AsyncTeardownTest, SnapshotTakenWhileADrainTearsDownShowsDrainedAsASubset
   async.thaw();
 }
 
+// --- put_chain: a chain as one unit ---------------------------------------------------------------
+
+using item_chain = teardown::llist_chain<item, &item::hook>;
+
+item_chain chain_of(std::vector<item>& items) {
+  item_chain chain;
+  for (item& i : items) chain.push_back(i);
+  return chain;
+}
+
+// Leaves a chain empty so that its debug check has nothing to report; the items stay alive.
+std::size_t unlink_all(item_chain& chain) {
+  std::size_t unlinked = 0;
+  while (chain.pop_front() != nullptr) ++unlinked;
+  return unlinked;
+}
+
+TEST_F(AsyncTeardownTest, PutChainQueuesEveryItemUnderOneChargeAndEachReleasesItsOwn) {
+  auto items = make_items({10, 20, 30});
+  item_async async({}, traits());
+  async.freeze();
+  item_chain chain = chain_of(items);
+  EXPECT_EQ(async.put_chain(std::move(chain)), decision::queued);
+  EXPECT_TRUE(chain.empty()) << "consumed";
+  EXPECT_EQ(log().cost_reads.load(), 3) << "each cost read once";
+  for (const item& i : items) {
+    EXPECT_EQ(i.charge, i.size.load()) << "item " << i.id << ": its own charge is memoised";
+    EXPECT_EQ(i.prepared.load(), 1);
+    EXPECT_EQ(i.destroyed.load(), 0);
+  }
+  teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.queued, 3u);
+  EXPECT_EQ(s.pending, 60u);
+  EXPECT_EQ(async.reaper_statistics().enqueued, 3u);
+  async.thaw();
+  async.flush();
+  for (const item& i : items) {
+    EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
+    EXPECT_NE(i.destroyed_on, std::this_thread::get_id());
+  }
+  s = async.stats();
+  EXPECT_EQ(s.reaped, 3u);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.high_water, 60u);
+}
+
+TEST_F(AsyncTeardownTest, PutChainWhoseSumDoesNotFitIsRejectedWholeAndTornDownInline) {
+  auto items = make_items({30, 30});
+  item_async async({.max_pending = 50}, traits());
+  EXPECT_EQ(async.put_chain(chain_of(items)), decision::sync_rejected) << "each fits alone, the sum does not";
+  for (const item& i : items) {
+    EXPECT_EQ(i.destroyed.load(), 1);
+    EXPECT_EQ(i.destroyed_on, std::this_thread::get_id());
+  }
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.sync, 2u);
+  EXPECT_EQ(s.rejected, 2u);
+  EXPECT_EQ(s.queued, 0u);
+  EXPECT_EQ(s.pending, 0u);
+}
+
+TEST_F(AsyncTeardownTest, PutChainAppliesTheThresholdToTheSum) {
+  auto small = make_items({30, 30});
+  auto smaller = make_items({20, 20});
+  item_async async({.threshold = 50}, traits());
+  EXPECT_EQ(async.put_chain(chain_of(small)), decision::queued) << "60 >= 50, though each is below it";
+  EXPECT_EQ(async.put_chain(chain_of(smaller)), decision::sync_ineligible);
+  for (const item& i : smaller) EXPECT_EQ(i.prepared.load(), 0) << "inline items are not prepared";
+  async.flush();
+  EXPECT_EQ(async.stats().queued, 2u);
+  EXPECT_EQ(async.stats().sync, 2u);
+}
+
+TEST_F(AsyncTeardownTest, OneIneligibleItemKeepsTheWholeChainInline) {
+  auto items = make_items({10, 10, 10});
+  items[1].eligible = false;
+  item_async async({}, traits());
+  EXPECT_EQ(async.put_chain(chain_of(items)), decision::sync_ineligible);
+  for (const item& i : items) {
+    EXPECT_EQ(i.destroyed.load(), 1);
+    EXPECT_EQ(i.destroyed_on, std::this_thread::get_id());
+    EXPECT_EQ(i.prepared.load(), 0);
+  }
+  EXPECT_EQ(async.stats().pending, 0u);
+}
+
+TEST_F(AsyncTeardownTest, PutChainWhileDisabledReadsNoCostAndTearsDownEveryItemInline) {
+  auto items = make_items({10, 20});
+  item_async async({.enabled = false}, traits());
+  EXPECT_EQ(async.put_chain(chain_of(items)), decision::sync_disabled);
+  EXPECT_EQ(log().cost_reads.load(), 0);
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
+  EXPECT_EQ(async.stats().sync, 2u);
+}
+
+TEST_F(AsyncTeardownTest, PutChainAfterShutdownAndUnderTheGateIsInlineForThatReason) {
+  auto lone = make_items({10, 10});
+  item_async gated({.min_concurrent = 2}, traits());
+  EXPECT_EQ(gated.put_chain(chain_of(lone)), decision::sync_uncontended) << "a chain is one put in flight";
+  EXPECT_EQ(gated.stats().uncontended, 2u);
+
+  auto late = make_items({10, 10});
+  item_async stopped({}, traits());
+  stopped.shutdown();
+  EXPECT_EQ(stopped.put_chain(chain_of(late)), decision::sync_stopped);
+  for (const item& i : late) EXPECT_EQ(i.destroyed.load(), 1);
+}
+
+TEST_F(AsyncTeardownTest, EmptyChainIsANoOp) {
+  item_async async({}, traits());
+  EXPECT_EQ(async.put_chain(item_chain{}), decision::sync_ineligible);
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.queued + s.sync, 0u);
+}
+
+TEST_F(AsyncTeardownTest, PutChainWhosePrepareThrowsLeavesTheChainWithTheCaller) {
+  auto items = make_items({10, 10, 10});
+  items[1].on_prepare = [](item&) { throw std::runtime_error("prepare failed"); };
+  item_async async({}, traits());
+  item_chain chain = chain_of(items);
+  EXPECT_THROW((void)async.put_chain(std::move(chain)), std::runtime_error);
+  EXPECT_EQ(chain.size(), 3u) << "nothing taken from the caller's chain";
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 0);
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.queued + s.sync, 0u);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(unlink_all(chain), 3u);
+}
+
+TEST_F(AsyncTeardownTest, PutChainWhoseInlineDestroyThrowsStillTearsDownTheRestAndRethrowsTheFirst) {
+  auto items = make_items({10, 10, 10});
+  items[0].on_destroy = [](item&) { throw std::runtime_error("first"); };
+  items[2].on_destroy = [](item&) { throw std::logic_error("second"); };
+  item_async async({.enabled = false}, traits());
+  EXPECT_THROW((void)async.put_chain(chain_of(items)), std::runtime_error);
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
+}
+
+TEST_F(AsyncTeardownTest, DrainTakesTheItemsOfAQueuedChainOneByOne) {
+  auto items = make_items({10, 20, 30});
+  item_async async({}, traits());
+  async.freeze();
+  EXPECT_EQ(async.put_chain(chain_of(items)), decision::queued);
+  const teardown::drain_result drained = async.drain(40);
+  EXPECT_EQ(drained.items, 2u);
+  EXPECT_EQ(drained.cost, 40u);
+  EXPECT_EQ(destroy_order(), (std::vector<std::uint64_t>{2, 0}))
+      << "the chain joins the queue back to front: 30 first, then 20 no longer fits, 10 does";
+  EXPECT_EQ(async.stats().pending, 20u);
+  async.thaw();
+  async.flush();
+  EXPECT_EQ(items[1].destroyed.load(), 1);
+  EXPECT_EQ(async.stats().pending, 0u);
+}
+
+TEST_F(AsyncTeardownTest, CompiledOutPutChainDestroysEveryItemInline) {
+  auto items = make_items({10, 20});
+  compiled_out_async async({}, traits());
+  EXPECT_EQ(async.put_chain(chain_of(items)), decision::sync_disabled);
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
+}
+
 // --- const_key<false>: the deferred path compiled out -------------------------------------------
 
 std::size_t live_threads() {

@@ -411,6 +411,39 @@ TYPED_TEST(LlistTest, ChainSizeCountsItsNodes) {
   take_all_ids(list);
 }
 
+TYPED_TEST(LlistTest, ChainForEachVisitsFrontToBackAndLeavesTheChainAsItWas) {
+  item a{1}, b{2}, c{3};
+  typename TestFixture::chain chain;
+  chain.push_back(a);
+  chain.push_back(b);
+  chain.push_front(c);
+  std::vector<int> seen;
+  chain.for_each([&](item& element) { seen.push_back(element.id); });
+  EXPECT_EQ(seen, (std::vector<int>{3, 1, 2}));
+  EXPECT_EQ(chain.size(), 3u);
+  typename TestFixture::list list;
+  list.add_batch(std::move(chain));
+  EXPECT_EQ(take_all_ids(list), (std::vector<int>{3, 1, 2}));
+}
+
+TYPED_TEST(LlistTest, ChainPopFrontUnlinksTheFrontAndEmptiesTheChain) {
+  item a{1}, b{2};
+  typename TestFixture::chain chain;
+  EXPECT_EQ(chain.pop_front(), nullptr);
+  chain.push_back(a);
+  chain.push_back(b);
+  EXPECT_EQ(chain.pop_front(), &a);
+  EXPECT_EQ(chain.pop_front(), &b);
+  EXPECT_EQ(chain.pop_front(), nullptr);
+  EXPECT_TRUE(chain.empty());
+  chain.push_back(a);  // popped nodes are unlinked: they may join a chain again
+  EXPECT_EQ(chain.size(), 1u);
+  typename TestFixture::list list;
+  list.add(b);
+  list.add_batch(std::move(chain));
+  EXPECT_EQ(take_all_ids(list), (std::vector<int>{1, 2}));
+}
+
 TYPED_TEST(LlistTest, ChainMoveTransfersItsNodes) {
   item a{1}, b{2};
   typename TestFixture::chain source;

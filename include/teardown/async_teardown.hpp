@@ -29,6 +29,8 @@
 //   8. traits.charge(item) = cost; count; trace; hand to the reaper       decision::queued
 // The reaper runs traits.destroy(item) and then releases exactly traits.charge(item), the
 // charge memoised at step 8 — never a fresh cost reading, which may have shrunk meanwhile.
+// put_chain(chain) takes the same steps for a chain of items as one unit (seed 004's page-sized
+// batches): the threshold on the summed cost, one gate count, one reservation, one enqueue.
 //
 // The concurrency gate (seed 004: defer only when at least NR_MIN_EXITING_PROCESSES exit at
 // once). Under light load an inline teardown is the cheapest and runs cache-hot on the CPU that
@@ -58,8 +60,10 @@
 //                                               trace point carries the wait
 //
 // Who may call what (the async_teardown must outlive every call)
-//   put                       any thread, concurrently. Lock-free apart from what Traits does
+//   put, put_chain            any thread, concurrently. Lock-free apart from what Traits does
 //                             (prepare may block) and the inline teardowns it decides on.
+//                             put_chain takes a chain the caller built alone (llist_chain,
+//                             O(1) push_back) and queues or tears down all of it as one unit.
 //   drain                     any thread but the reaper's; blocking (tears down on the caller).
 //   flush, flush_for, freeze, thaw, shutdown   any thread but the reaper's; may block (see
 //                             reaper.hpp). After shutdown, put tears down inline.
@@ -74,8 +78,8 @@
 // a load estimate; a stale reading only moves one decision between inline and queued). Counters
 // are relaxed except where a snapshot needs one counter's add to carry another's (see Counters).
 //
-// Counters (stats()): queued + sync = put calls; rejected, stalled and uncontended are subsets of
-// sync; reaped counts queued items torn down, by the reaper or by drain (drained is that subset);
+// Counters (stats()): queued + sync = items put (put_chain counts each item of its chain);
+// rejected, stalled and uncontended are subsets of sync; reaped counts queued items torn down, by the reaper or by drain (drained is that subset);
 // once flush() returns with no put running, reaped == queued and pending == 0. A subset is
 // added after its superset, with release, and the snapshot reads it first, with acquire (reaped
 // likewise before queued), so a snapshot taken while puts run never shows a subset larger than
@@ -94,6 +98,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -279,17 +284,14 @@ class async_teardown {
       if (cost < threshold_.load(std::memory_order_relaxed) || !traits_.eligible(std::as_const(item), cost)) {
         return tear_down_inline(item, cost, decision::sync_ineligible);
       }
-      // The gate, read now rather than at entry, so that puts which entered since count too.
-      // After eligibility: like the threshold it is a policy (on the load, not the size), and
+      // Steps 4 and 5 (refusal()). After eligibility: like the threshold it is a policy (on the load, not the size), and
       // stopped and stalled go on counting only items that would otherwise have been queued.
       // Before prepare and the reserve: an item kept inline is not prepared for a queue it will
       // not join (prepare may block), and never touches the budget (a charge taken and given
       // back would, under add-then-check, push concurrent puts into rejection for nothing).
-      if (counted.counts() && in_flight_.value.load(std::memory_order_relaxed) < min_concurrent) {
-        return tear_down_inline(item, cost, decision::sync_uncontended);
+      if (const decision why = refusal(counted, min_concurrent); why != decision::queued) {
+        return tear_down_inline(item, cost, why);
       }
-      if (stopped_.load(std::memory_order_relaxed)) return tear_down_inline(item, cost, decision::sync_stopped);
-      if (sync_when_stalled_ && reaper_->stalled()) return tear_down_inline(item, cost, decision::sync_stalled);
       // Eager step before charging: if it blocks, only this caller waits, never the reaper
       // and everything queued behind this item.
       traits_.prepare(item);
@@ -303,6 +305,61 @@ class async_teardown {
       trace::queue(item_id(item), cost, who.tid, who.name, detail::current_cpu());
       queued_.add();  // before the enqueue: reaped never overtakes queued
       reaper_->enqueue(item);
+      return decision::queued;
+    }
+  }
+
+  /// Puts a chain of items as one unit (seed 004's page-sized batches): the steps of put(), but
+  /// one gate count, one reservation of the summed cost and one enqueue (a single CAS and at
+  /// most one wake-up), or every item torn down inline, for the same reason. The reaper and
+  /// drain() then take the items one by one, each releasing its own memoised charge. The
+  /// threshold applies to the sum; Traits::eligible is asked of each item, and one refusal
+  /// keeps the whole chain inline. Consumes the chain, except that if prepare throws the
+  /// exception propagates and the chain is left with the caller, nothing torn down, charged or
+  /// counted (prepare must be idempotent). If destroy throws inline, the rest of the chain is
+  /// still torn down and the first exception is rethrown. An empty chain is a no-op returning
+  /// sync_ineligible.
+  decision put_chain(llist_chain<T, Hook>&& chain) {
+    if (chain.empty()) return decision::sync_ineligible;
+    if constexpr (compiled_out) {
+      return tear_down_chain_inline(std::move(chain), decision::sync_disabled, /*costed=*/false);
+    } else {
+      // As in put(): no cost is read while the toggle is off.
+      if (!toggle_.enabled()) return tear_down_chain_inline(std::move(chain), decision::sync_disabled, false);
+      const std::uint32_t min_concurrent = min_concurrent_.load(std::memory_order_relaxed);
+      const in_flight_scope counted(min_concurrent > 1 ? &in_flight_.value : nullptr);
+      // Each cost read once and memoised at once (the chain is still private to this thread):
+      // the inline path traces it, the reaper releases it.
+      std::uint64_t total = 0;
+      std::size_t items = 0;
+      bool eligible = true;
+      chain.for_each([&](T& item) {
+        const std::uint64_t cost = traits_.cost(std::as_const(item));
+        traits_.charge(item) = cost;
+        total = cost > UINT64_MAX - total ? UINT64_MAX : total + cost;  // saturates: never admitted
+        ++items;
+        eligible = eligible && traits_.eligible(std::as_const(item), cost);
+      });
+      if (total < threshold_.load(std::memory_order_relaxed) || !eligible) {
+        return tear_down_chain_inline(std::move(chain), decision::sync_ineligible);
+      }
+      if (const decision why = refusal(counted, min_concurrent); why != decision::queued) {
+        return tear_down_chain_inline(std::move(chain), why);
+      }
+      chain.for_each([&](T& item) { traits_.prepare(item); });
+      if (!budget_.try_reserve(total)) {
+        chain.for_each([&](T& item) { trace::reject(item_id(item), traits_.charge(item), budget_.pending(), budget_.cap()); });
+        return tear_down_chain_inline(std::move(chain), decision::sync_rejected);
+      }
+      const std::uint64_t now = detail::monotonic_ns();
+      const detail::thread_identity& who = detail::this_thread_identity();
+      const int cpu = detail::current_cpu();
+      chain.for_each([&](T& item) {
+        if constexpr (requires { traits_.queued_at(item); }) traits_.queued_at(item) = now;
+        trace::queue(item_id(item), traits_.charge(item), who.tid, who.name, cpu);
+      });
+      queued_.add(items);  // before the enqueue: reaped never overtakes queued
+      reaper_->enqueue_chain(std::move(chain));
       return decision::queued;
     }
   }
@@ -459,6 +516,36 @@ class async_teardown {
     } else {
       return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&item));
     }
+  }
+
+  // Steps 4 and 5 of put(): queued when nothing refuses the item, else why not.
+  decision refusal(const in_flight_scope& counted, std::uint32_t min_concurrent) const noexcept {
+    // The gate, read now rather than at entry, so that puts which entered since count too.
+    if (counted.counts() && in_flight_.value.load(std::memory_order_relaxed) < min_concurrent) {
+      return decision::sync_uncontended;
+    }
+    if (stopped_.load(std::memory_order_relaxed)) return decision::sync_stopped;
+    if (sync_when_stalled_ && reaper_->stalled()) return decision::sync_stalled;
+    return decision::queued;
+  }
+
+  // put_chain's inline path: every item, with its memoised cost when it was read (costed); the
+  // first exception from destroy is rethrown once the rest are torn down.
+  decision tear_down_chain_inline(llist_chain<T, Hook>&& chain, decision why, bool costed = true) {
+    std::exception_ptr first_error;
+    while (T* item = chain.pop_front()) {
+      try {
+        if constexpr (compiled_out) {
+          traits_.destroy(*item);
+        } else {
+          (void)tear_down_inline(*item, costed ? traits_.charge(*item) : 0, why);
+        }
+      } catch (...) {
+        if (!first_error) first_error = std::current_exception();
+      }
+    }
+    if (first_error) std::rethrow_exception(first_error);
+    return why;
   }
 
   decision tear_down_inline(T& item, std::uint64_t cost, decision why) {

@@ -328,6 +328,23 @@ class llist_chain {
     last_ = &node;
   }
 
+  /// Takes the front element out of the chain; nullptr when empty. O(1).
+  T* pop_front() noexcept {
+    llist_node* node = first_;
+    if (node == nullptr) return nullptr;
+    first_ = node->next();
+    if (first_ == nullptr) last_ = nullptr;
+    node->mark_unlinked();
+    return &hooks::element(*node);
+  }
+
+  /// Calls visit(element) for each element, front to back, leaving the chain as it is: visit
+  /// must not unlink, re-add or free the element. O(n).
+  template <class Visit>
+  void for_each(Visit&& visit) const {
+    for (llist_node* node = first_; node != nullptr; node = node->next()) visit(hooks::element(*node));
+  }
+
  private:
   template <class U, llist_node U::*H, class A>
   friend class llist;

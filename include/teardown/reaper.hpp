@@ -306,6 +306,32 @@ class reaper final : private detail::fork_participant {
       return;
     }
     if (!queue_.add(item)) return;  // not the first: the kick of the first covers this item
+    kick_after_first_add();
+  }
+
+  /// enqueue() for a whole chain at once: one successful CAS (llist::add_batch) and at most one
+  /// kick, however long the chain. Lock-free; leaves the chain empty; O(n) to count it. The
+  /// chain joins the queue as if its elements were enqueued back to front (llist::add_batch).
+  void enqueue_chain(llist_chain<T, Hook>&& chain) noexcept {
+    if (chain.empty()) return;
+    enqueued_.add(chain.size());
+    // acquire: pairs with the worker's STOPPED exchange, as in enqueue().
+    if (state_.load(std::memory_order_acquire) & stopped_bit) {
+      (void)queue_.add_batch(std::move(chain));
+      drain_inline();  // takes the chain back, with anything queued from before
+      return;
+    }
+    if (!queue_.add_batch(std::move(chain))) return;  // the kick of the first add covers it
+    kick_after_first_add();
+  }
+
+  /// Blocks until every item enqueued before the call has been torn down. Producers adding
+  /// meanwhile cannot starve it: it waits for at most the batch in progress and the next one.
+  void flush() { (void)flush_until(std::chrono::steady_clock::time_point::max()); }
+
+ private:
+  // After an add that found the queue empty: wake the worker if it sleeps.
+  void kick_after_first_add() noexcept {
     oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
     // acq_rel: release publishes the add to a worker that reads KICKED; acquire pairs with the
     // worker's STOPPED exchange for the drain below.
@@ -318,10 +344,7 @@ class reaper final : private detail::fork_participant {
     }
   }
 
-  /// Blocks until every item enqueued before the call has been torn down. Producers adding
-  /// meanwhile cannot starve it: it waits for at most the batch in progress and the next one.
-  void flush() { (void)flush_until(std::chrono::steady_clock::time_point::max()); }
-
+ public:
   /// flush() with a time limit: true if the flush completed in time.
   template <class Rep, class Period>
   bool flush_for(std::chrono::duration<Rep, Period> timeout) {
