@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <random>
 #include <set>
@@ -532,7 +533,79 @@ row kill_storm_gate(const run_mode& mode) {
   return s.finish();
 }
 
-// The walk's record for one mm, read under its mmap_lock.
+// Batch pages for swap_batch_storm: every third allocation fails (the seed's GFP_NOWAIT page
+// allocation failing under pressure).
+std::atomic<std::uint64_t> swap_batch_allocations{0};
+const swap_batch_allocator every_third_fails{
+    [](std::size_t bytes) noexcept -> void* {
+      if ((swap_batch_allocations.fetch_add(1, std::memory_order_relaxed) + 1) % 3 == 0) return nullptr;
+      return ::operator new(bytes, std::nothrow);
+    },
+    [](void* memory) noexcept { ::operator delete(memory); }};
+
+// Seed 004's batches: the same kind of storm, 32 exits that each hold about 4000 swap entries
+// and tear down on their own threads (the deferral of whole mms is off), every third batch
+// allocation failing. Every exit blocks in its teardown's exit_aio until all 32 are in flight,
+// so the first to release its swap sees 32 exits in flight, far above the gate (2): its entries
+// go to the swap-release worker, gathered into page-sized batches and queued with one put_chain
+// (one CAS); an exit whose allocation fails queues the batches it built and releases the rest
+// itself. Afterwards a lone exit releases inline. Nothing lost, nothing released twice: the swap
+// device is empty again and every entry was counted once, batched or inline.
+row swap_batch_storm(const run_mode& mode) {
+  constexpr std::size_t storm = 32;
+  mm_system_options opts;
+  opts.swap_slots = std::size_t{1} << 18;
+  opts.swap_min_exiting = 2;
+  scenario s("kill storm, swap batches", mode, std::move(opts));
+  s.kernel().set_swap_batch_allocator(every_third_fails);
+  const std::uint64_t size = gib_pages(0.125);  // 1 GiB in all with real memory
+  std::vector<task_ptr> tasks;
+  std::vector<mm_struct*> blocked;
+  std::uint64_t swapped = 0;
+  for (std::size_t i = 0; i < storm; ++i) {
+    tasks.push_back(s.spawn(size));
+    mm_struct* mm = tasks.back()->mm();
+    swapped += s.kernel().swap_out(*mm, 3500 + 97 * i);  // 3 to 4 batches each
+    if (mm->aio.submit()) blocked.push_back(mm);
+  }
+  s.check(blocked.size() == storm, "an AIO request was refused: the storm would not overlap");
+  std::latch start(static_cast<std::ptrdiff_t>(storm));
+  std::vector<std::thread> threads;
+  for (task_ptr& t : tasks) {
+    threads.emplace_back([&, task = t.get()] {
+      start.arrive_and_wait();
+      s.check(s.exit(*task) == decision::sync_disabled, "a storm exit did not tear down on its own thread");
+    });
+  }
+  for (mm_struct* mm : blocked) {
+    while (mm->aio.exit_calls() == 0) std::this_thread::yield();  // in its teardown, blocked
+  }
+  for (mm_struct* mm : blocked) mm->aio.complete();
+  for (std::thread& t : threads) t.join();
+  tasks.clear();
+  s.kernel().flush();
+  const swap_release_stats storm_stats = s.kernel().swap_statistics();
+  task_ptr lone = s.spawn(size);
+  swapped += s.kernel().swap_out(*lone->mm(), 3500);
+  (void)s.exit(*lone);
+  s.kernel().flush();
+  const swap_release_stats after = s.kernel().swap_statistics();
+  s.check(storm_stats.batches > 0 && storm_stats.queued > 0, "the storm queued no swap batch");
+  s.check(storm_stats.alloc_failures > 0, "no batch allocation failed: the fallback was not exercised");
+  s.check(after.batches == storm_stats.batches, "a lone exit gathered batches under the gate");
+  s.check(after.batched + after.inline_entries == swapped, "entries batched + inline != entries swapped out");
+  s.check(after.released == after.batches && after.queued + after.sync == after.batches,
+          "a swap batch was lost or released twice");
+  s.check(after.used == 0, std::to_string(after.used) + " swap slots still in use");
+  s.check(after.double_frees == 0, std::to_string(after.double_frees) + " swap slots freed twice");
+  s.detail("32 exits x ~4000 swap entries, every 3rd batch allocation failing: " +
+           std::to_string(storm_stats.batches) + " batches (" + std::to_string(storm_stats.batched) +
+           " entries) queued, " + std::to_string(storm_stats.alloc_failures) + " allocations failed, " +
+           std::to_string(storm_stats.inline_entries) + " entries inline; lone exit inline; swap empty");
+  return s.finish();
+}
+
+// The walk's record for one mm, read under its mmap_lock.// The walk's record for one mm, read under its mmap_lock.
 chunk_walk walk_of(mm_struct& mm) {
   const std::lock_guard guard(mm.mmap_lock);
   return mm.walk;
@@ -653,7 +726,7 @@ int main(int argc, char** argv) {
   std::vector<row> rows;
   for (auto* scenario_fn : {&backpressure, &oom_kill_during_backlog, &oom_targeted_probes, &toggle_mid_drain,
                             &toggle_cycles, &freeze_thaw, &charge_memoisation, &pressure_drain, &shutdown_with_backlog,
-                            &kill_storm_gate, &oom_kill_while_frozen, &oom_reaper_race}) {
+                            &kill_storm_gate, &swap_batch_storm, &oom_kill_while_frozen, &oom_reaper_race}) {
     rows.push_back(scenario_fn(mode));
   }
   teardown::trace::clear_hook<teardown::trace::queue_event>();

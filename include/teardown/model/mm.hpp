@@ -116,6 +116,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -124,6 +125,7 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "teardown/async_teardown.hpp"
 #include "teardown/reaper.hpp"
@@ -196,6 +198,105 @@ class aio_context {
   std::atomic<std::uint32_t> exit_calls_{0};
 };
 
+/// Seed 004's swap device, as far as the model needs it: a use count per slot (the kernel's
+/// swap_map), so that every release is checked. A slot freed twice is counted, not wrapped.
+/// allocate takes a lock (may block briefly); free and the getters are lock-free. Relaxed
+/// throughout: a slot holds no data in the model, so freeing one publishes nothing.
+class swap_space {
+ public:
+  explicit swap_space(std::size_t slots) : map_(new std::atomic<std::uint8_t>[slots]), slots_(slots) {
+    for (std::size_t at = 0; at < slots_; ++at) map_[at].store(0, std::memory_order_relaxed);
+  }
+
+  /// Appends n free slots to `out`, each now in use once. Throws std::length_error, taking
+  /// nothing, when fewer than n are free.
+  void allocate(std::size_t n, std::vector<std::uint32_t>& out) {
+    const std::lock_guard lock(allocate_lock_);
+    if (n > slots_ - std::min<std::uint64_t>(used(), slots_)) {
+      throw std::length_error("teardown::model::swap_space: " + std::to_string(n) + " slots asked, " +
+                              std::to_string(slots_ - used()) + " free");
+    }
+    out.reserve(out.size() + n);
+    for (std::size_t taken = 0; taken < n; cursor_ = (cursor_ + 1) % slots_) {
+      std::uint8_t expected = 0;
+      // A CAS, not a store: a free on another thread may be making this slot free right now.
+      if (map_[cursor_].compare_exchange_strong(expected, 1, std::memory_order_relaxed)) {
+        out.push_back(static_cast<std::uint32_t>(cursor_));
+        ++taken;
+      }
+    }
+    used_.fetch_add(n, std::memory_order_relaxed);
+  }
+
+  /// Drops the slot's use. Lock-free. A slot that is already free is left free and counted in
+  /// double_frees() (a bug in the caller).
+  void free(std::uint32_t slot) noexcept {
+    std::uint8_t uses = map_[slot].load(std::memory_order_relaxed);
+    do {
+      if (uses == 0) {
+        double_frees_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    } while (!map_[slot].compare_exchange_weak(uses, static_cast<std::uint8_t>(uses - 1), std::memory_order_relaxed));
+    used_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  std::size_t capacity() const noexcept { return slots_; }
+  std::uint64_t used() const noexcept { return used_.load(std::memory_order_relaxed); }
+  std::uint64_t double_frees() const noexcept { return double_frees_.load(std::memory_order_relaxed); }
+  /// The slot's use count now (0: free).
+  std::uint8_t uses(std::uint32_t slot) const noexcept { return map_[slot].load(std::memory_order_relaxed); }
+
+ private:
+  std::mutex allocate_lock_;
+  std::size_t cursor_ = 0;  // guarded by allocate_lock_: where the next search starts
+  std::unique_ptr<std::atomic<std::uint8_t>[]> map_;
+  std::size_t slots_;
+  std::atomic<std::uint64_t> used_{0};
+  std::atomic<std::uint64_t> double_frees_{0};
+};
+
+/// Where a swap_batch's page comes from: allocate returns nullptr when none can be had (the
+/// seed's GFP_ATOMIC | GFP_NOWAIT failing), and the exit path then releases inline.
+struct swap_batch_allocator {
+  void* (*allocate)(std::size_t bytes) noexcept;
+  void (*deallocate)(void* memory) noexcept;
+};
+
+/// The default: operator new (nothrow) and operator delete.
+inline constexpr swap_batch_allocator default_swap_batch_allocator{
+    [](std::size_t bytes) noexcept { return ::operator new(bytes, std::nothrow); },
+    [](void* memory) noexcept { ::operator delete(memory); }};
+
+/// A page of swap entries gathered by an exiting task for the swap-release worker (seed 004's
+/// mmu_swap_batch): the queue hook, the charge, who frees the page, and the slots.
+struct swap_batch {
+  static constexpr std::size_t bytes = 4096;
+  static constexpr std::size_t header_bytes = 32;
+  static constexpr std::size_t capacity = (bytes - header_bytes) / sizeof(std::uint32_t);
+
+  llist_node hook;
+  std::uint64_t charge = 0;                       // entries, memoised by put_chain
+  void (*deallocate)(void*) noexcept = nullptr;   // the allocator's pair, fixed at allocation
+  std::uint32_t count = 0;
+  std::uint32_t slots[capacity];
+};
+static_assert(sizeof(swap_batch) == swap_batch::bytes, "a swap_batch is one page");
+
+/// What the swap release did (seed 004), since the mm_system started.
+struct swap_release_stats {
+  std::uint64_t used = 0;             // swap slots in use now
+  std::uint64_t double_frees = 0;     // slots freed while free: must stay 0
+  std::uint64_t batched = 0;          // entries gathered into batches by exiting tasks
+  std::uint64_t inline_entries = 0;   // entries released where the teardown ran
+  std::uint64_t batches = 0;          // batches built
+  std::uint64_t alloc_failures = 0;   // batch allocations that failed: the rest went inline
+  std::uint64_t queued = 0;           // batches handed to the swap-release worker
+  std::uint64_t sync = 0;             // batches put_chain tore down inline (toggle off, shut down)
+  std::uint64_t released = 0;         // batches released, by the worker or inline; after a flush
+                                      // with no exit running, released == batches
+};
+
 struct mm_struct;
 
 /// The oom_reaper's queue hook, a member of the mm pointing back at it. A type of its own so
@@ -259,6 +360,10 @@ struct mm_struct {
   std::byte* base = nullptr;
   std::size_t mapped_bytes = 0;
 
+  // Swap entries (seed 004): the slots swap_out() moved pages to. Guarded by mmap_lock; the
+  // teardown takes them all.
+  std::vector<std::uint32_t> swap_slots;
+
   // An OOM victim's teardown, shared by its exit path and the oom_reaper (see the header comment).
   oom_reap_request oom_reap{};             // the oom_reaper's hook; queued at most once
   chunk_walk walk;                         // guarded by mmap_lock
@@ -320,6 +425,10 @@ struct mm_system_options {
                                           // only while at least this many final exits run at
                                           // once (seed 004); 1 is off, as in the series
   reaper_options reaper{.name = "mm_reaper"};
+  std::size_t swap_slots = 0;            // the swap device's size; 0: no swap (swap_out throws)
+  bool swap_async_release = true;        // seed 004: exiting tasks hand swap entries to a worker
+  std::uint32_t swap_min_exiting = 2;    // ... while at least this many final exits run at once
+                                         // (NR_MIN_EXITING_PROCESSES); at least 1
 };
 
 /// The kernel. Key = const_key<false> builds it with the deferral compiled out (the series'
@@ -343,6 +452,17 @@ class basic_mm_system {
     std::uint64_t& queued_at(mm_struct& mm) noexcept { return mm.queued_at_ns; }
   };
 
+  // The swap-release worker's composition: a batch costs its entries, and nothing else gates it
+  // (the exit path decided before it gathered).
+  struct swap_batch_traits {
+    basic_mm_system* system;
+    std::uint64_t cost(const swap_batch& batch) const noexcept { return batch.count; }
+    bool eligible(const swap_batch&, std::uint64_t) const noexcept { return true; }
+    void prepare(swap_batch&) noexcept {}
+    void destroy(swap_batch& batch) noexcept { system->release_swap_batch(batch); }
+    std::uint64_t& charge(swap_batch& batch) noexcept { return batch.charge; }
+  };
+
  public:
   // With the deferral compiled out the toggle knob does not exist, as with CONFIG=n.
   static constexpr bool compiled_out = detail::compiled_off<Key>();
@@ -351,6 +471,9 @@ class basic_mm_system {
   static constexpr std::string_view knob_thresh = "vm.async_mm_teardown_thresh_pages";
   static constexpr std::string_view knob_max_pending = "vm.async_mm_teardown_max_pending_pages";
   static constexpr std::string_view knob_min_concurrent = "vm.async_mm_teardown_min_concurrent_exits";
+  static constexpr std::string_view knob_swap_async_release = "vm.swap_async_release";
+  /// Fewer swap entries than this are released where the teardown runs (SWAP_CLUSTER_MAX).
+  static constexpr std::size_t swap_cluster_max = 32;
   /// The largest vm.async_mm_teardown_min_concurrent_exits: far beyond any number of CPUs.
   static constexpr std::uint64_t max_min_concurrent_exits = std::uint64_t{1} << 20;
 
@@ -396,7 +519,12 @@ class basic_mm_system {
   /// Throws std::invalid_argument (naming the knob) for a bad knob value, std::system_error if
   /// the reaper cannot start.
   explicit basic_mm_system(mm_system_options opts = {})
-      : async_(make_options(opts), mm_traits{this}) {}
+      : swap_(opts.swap_slots == 0 ? nullptr : std::make_unique<swap_space>(opts.swap_slots)),
+        swap_min_exiting_(validated_swap_min_exiting(opts.swap_min_exiting)),
+        swap_release_(async_teardown_options{.enabled = opts.swap_async_release,
+                                             .reaper = {.name = "swap_release", .nice = 0}},
+                      swap_batch_traits{this}),
+        async_(make_options(opts), mm_traits{this}) {}
 
   basic_mm_system(const basic_mm_system&) = delete;
   basic_mm_system& operator=(const basic_mm_system&) = delete;
@@ -472,6 +600,7 @@ class basic_mm_system {
   /// when this was not the last reference.
   std::optional<decision> mmput_exit(mm_struct& mm) {
     if (!release_user(mm)) return std::nullopt;
+    const final_exit_scope exiting(*this);
     return async_.put(mm);
   }
 
@@ -492,18 +621,37 @@ class basic_mm_system {
   /// begun (the exit path and the oom_reaper account for every page there).
   std::uint64_t reclaim(mm_struct& mm, std::uint64_t pages) {
     const std::lock_guard lock(mm.mmap_lock);
-    if (mm.walk.started) return 0;
-    const std::uint64_t rss = get_mm_rss(mm);
-    const std::uint64_t taken = std::min(pages, rss);
-    if (taken == 0) return 0;
-    if (mm.base != nullptr) {
-      const std::size_t keep = static_cast<std::size_t>(rss - taken) * page_size();
-      if (madvise(mm.base + keep, static_cast<std::size_t>(taken) * page_size(), MADV_DONTNEED) != 0) {
-        throw std::system_error(errno, std::generic_category(), "teardown::model::reclaim: madvise");
-      }
-    }
-    mm.rss_pages.fetch_sub(static_cast<std::int64_t>(taken), std::memory_order_relaxed);
+    const std::uint64_t taken = reclaimable(mm, pages);
+    if (taken != 0) reclaim_locked(mm, taken);
     return taken;
+  }
+
+  /// Reclaim to swap (seed 004's setting): takes up to `pages` of the mm's RSS as reclaim()
+  /// does and gives each page a swap slot, which the mm holds until its teardown releases it.
+  /// Returns the pages swapped out. Throws std::logic_error without a swap device
+  /// (mm_system_options::swap_slots), std::length_error when the device has too few free slots;
+  /// either way nothing changes. The caller holds mm_count.
+  std::uint64_t swap_out(mm_struct& mm, std::uint64_t pages) {
+    if (!swap_) throw std::logic_error("teardown::model::swap_out: no swap device (mm_system_options::swap_slots is 0)");
+    const std::lock_guard lock(mm.mmap_lock);
+    const std::uint64_t taken = reclaimable(mm, pages);
+    if (taken == 0) return 0;
+    const std::size_t before = mm.swap_slots.size();
+    swap_->allocate(static_cast<std::size_t>(taken), mm.swap_slots);
+    try {
+      reclaim_locked(mm, taken);
+    } catch (...) {
+      for (std::size_t at = before; at < mm.swap_slots.size(); ++at) swap_->free(mm.swap_slots[at]);
+      mm.swap_slots.resize(before);
+      throw;
+    }
+    return taken;
+  }
+
+  /// The mm's swap entries now. Takes the mm's mmap_lock; the caller holds mm_count.
+  static std::size_t swap_entries(mm_struct& mm) {
+    const std::lock_guard lock(mm.mmap_lock);
+    return mm.swap_slots.size();
   }
 
   // ---- tasks and the OOM killer -----------------------------------------------------------
@@ -648,6 +796,22 @@ class basic_mm_system {
   /// max_min_concurrent_exits.
   void set_min_concurrent_exits(std::uint64_t exits) { async_.set_min_concurrent(validated_min_concurrent(exits)); }
 
+  /// Seed 004's swap release: while on, an exiting task whose teardown runs on its own thread
+  /// hands its swap entries, in page-sized batches, to the swap-release worker, provided at
+  /// least swap_min_exiting final exits run at once and it holds SWAP_CLUSTER_MAX (32) or more.
+  bool swap_async_release() const noexcept { return swap_release_.enabled(); }
+  void set_swap_async_release(bool on) { swap_release_.set_enabled(on); }
+  std::uint32_t swap_min_exiting() const noexcept { return swap_min_exiting_.load(std::memory_order_relaxed); }
+  /// Throws std::invalid_argument, changing nothing, for 0.
+  void set_swap_min_exiting(std::uint32_t exits) {
+    swap_min_exiting_.store(validated_swap_min_exiting(exits), std::memory_order_relaxed);
+  }
+  /// Where swap batches come from from now on (each batch is freed by the allocator that made
+  /// it). The allocator must outlive the mm_system. Wait-free.
+  void set_swap_batch_allocator(const swap_batch_allocator& allocator) noexcept {
+    swap_allocator_.store(&allocator, std::memory_order_relaxed);
+  }
+
   /// Writes a knob as sysctl would: `set("vm.async_mm_teardown", "1")`. The value is a decimal
   /// number (one trailing newline allowed, as `echo` writes it); the toggle takes 0 or 1;
   /// vm.oom_reap_direction takes "same" or "other" (the same newline allowed).
@@ -662,6 +826,10 @@ class basic_mm_system {
       const std::uint64_t on = parse(knob, value);
       if (on > 1) throw bad_knob(knob, value, "must be 0 or 1");
       if constexpr (!compiled_out) set_async_mm_teardown(on == 1);
+    } else if (knob == knob_swap_async_release) {
+      const std::uint64_t on = parse(knob, value);
+      if (on > 1) throw bad_knob(knob, value, "must be 0 or 1");
+      set_swap_async_release(on == 1);
     } else if (knob == knob_thresh) {
       set_thresh_pages(parse(knob, value));
     } else if (knob == knob_max_pending) {
@@ -681,13 +849,20 @@ class basic_mm_system {
     if (knob == knob_thresh) return std::to_string(thresh_pages());
     if (knob == knob_max_pending) return std::to_string(max_pending_pages());
     if (knob == knob_min_concurrent) return std::to_string(min_concurrent_exits());
+    if (knob == knob_swap_async_release) return swap_async_release() ? "1" : "0";
     throw std::invalid_argument("teardown::model: unknown knob \"" + std::string(knob) + "\"");
   }
 
   // ---- the reaper -------------------------------------------------------------------------
 
-  /// Blocks until every mm queued before the call is torn down.
-  void flush() { async_.flush(); }
+  /// Blocks until every mm queued before the call is torn down, and every swap batch queued
+  /// before it returns is released.
+  void flush() {
+    async_.flush();
+    swap_release_.flush();
+  }
+  /// Blocks until every swap batch queued before the call is released.
+  void flush_swap_release() { swap_release_.flush(); }
   template <class Rep, class Period>
   bool flush_for(std::chrono::duration<Rep, Period> timeout) {
     return async_.flush_for(timeout);
@@ -698,8 +873,12 @@ class basic_mm_system {
   /// The freezer: parks the reaper between mms (exits keep queuing behind it). May block.
   void freeze() { async_.freeze(); }
   void thaw() { async_.thaw(); }
-  /// Tears down the backlog and stops the reaper; later exits tear down inline. May block.
-  void shutdown() { async_.shutdown(); }
+  /// Tears down the backlog and stops the reaper, then the swap-release worker; later exits
+  /// tear down, and release swap, inline. May block.
+  void shutdown() {
+    async_.shutdown();
+    swap_release_.shutdown();
+  }
   bool stalled() const noexcept { return async_.stalled(); }
 
   /// A snapshot (subsets are read before their supersets).
@@ -714,6 +893,27 @@ class basic_mm_system {
             .drained = s.drained,
             .pending_pages = s.pending};
   }
+  /// A snapshot of the swap release (released before batches: released <= batches).
+  swap_release_stats swap_statistics() const noexcept {
+    const async_teardown_stats worker = swap_release_.stats();
+    swap_release_stats s;
+    // acquire: pairs with the release add in release_swap_batch; the batch's count came first.
+    s.released = swap_counts_.released.load(std::memory_order_acquire);
+    s.batches = swap_counts_.batches.load(std::memory_order_relaxed);
+    s.batched = swap_counts_.batched.load(std::memory_order_relaxed);
+    s.inline_entries = swap_counts_.inline_entries.load(std::memory_order_relaxed);
+    s.alloc_failures = swap_counts_.alloc_failures.load(std::memory_order_relaxed);
+    s.queued = worker.queued;
+    s.sync = worker.sync;
+    if (swap_) {
+      s.used = swap_->used();
+      s.double_frees = swap_->double_frees();
+    }
+    return s;
+  }
+  /// The swap device (nullptr without one), for checks.
+  const swap_space* swap_device() const noexcept { return swap_.get(); }
+
   /// The budget's high-water mark of pending pages.
   std::uint64_t pending_high_water() const noexcept { return async_.stats().high_water; }
   reaper_stats reaper_statistics() const noexcept { return async_.reaper_statistics(); }
@@ -733,6 +933,7 @@ class basic_mm_system {
   // __mmput: exit_aio (again: idempotent), exit_mmap, then the users' mm_count reference.
   void mmput_teardown(mm_struct& mm) noexcept {
     mm.aio.exit_aio();
+    std::vector<std::uint32_t> swap;  // the mm's swap entries, released after the unmap
     {
       std::unique_lock lock(mm.mmap_lock);
       // An oom_reaper queued for this mm (or already walking it) races this teardown: then chunk
@@ -749,10 +950,107 @@ class basic_mm_system {
       mm.walk.finished = true;
       mm.rss_pages.store(0, std::memory_order_relaxed);
       set_flag(mm, MMF_OOM_SKIP);  // exit_mmap hides the mm from the OOM killer
+      swap = std::move(mm.swap_slots);
     }
+    release_swap(swap);
     mm.teardowns.fetch_add(1, std::memory_order_relaxed);
     teardowns_.fetch_add(1, std::memory_order_relaxed);
     mmdrop(mm);  // may free mm
+  }
+
+  // ---- swap release (seed 004) -------------------------------------------------------------
+
+  // Counts a final exit in flight, and marks this thread as on that exit's path, for its
+  // lifetime. Only with a swap device: otherwise an exit pays nothing for it.
+  class final_exit_scope {
+   public:
+    explicit final_exit_scope(basic_mm_system& system) noexcept
+        : system_(system.swap_ ? &system : nullptr), outer_(exiting_here) {
+      if (system_ == nullptr) return;
+      system_->exiting_.fetch_add(1, std::memory_order_relaxed);
+      exiting_here = system_;
+    }
+    final_exit_scope(const final_exit_scope&) = delete;
+    final_exit_scope& operator=(const final_exit_scope&) = delete;
+    ~final_exit_scope() {
+      if (system_ == nullptr) return;
+      exiting_here = outer_;
+      system_->exiting_.fetch_sub(1, std::memory_order_relaxed);
+    }
+
+   private:
+    basic_mm_system* system_;
+    const basic_mm_system* outer_;
+  };
+
+  // The system whose final exit this thread is running, if any: a teardown on the mm_reaper,
+  // in drain() or in a plain mmput is not an exiting task's (the seed's task_is_dying()).
+  static inline thread_local const basic_mm_system* exiting_here = nullptr;
+
+  // The teardown's swap entries: in page-sized batches to the swap-release worker when the
+  // seed's conditions hold, else here. A batch that cannot be allocated ends the gathering; the
+  // batches built so far are still queued and every entry not in one is released here, so
+  // nothing is lost or released twice.
+  void release_swap(const std::vector<std::uint32_t>& slots) noexcept {
+    if (slots.empty()) return;
+    std::size_t at = 0;
+    // Relaxed: the count is a load estimate, as the seed's atomic_read of its exiting count.
+    if (exiting_here == this && slots.size() >= swap_cluster_max && swap_release_.enabled() &&
+        exiting_.load(std::memory_order_relaxed) >= swap_min_exiting_.load(std::memory_order_relaxed)) {
+      const swap_batch_allocator& allocator = *swap_allocator_.load(std::memory_order_relaxed);
+      llist_chain<swap_batch, &swap_batch::hook> batches;
+      while (at < slots.size()) {
+        void* page = allocator.allocate(sizeof(swap_batch));
+        if (page == nullptr) {
+          swap_counts_.alloc_failures.fetch_add(1, std::memory_order_relaxed);
+          break;
+        }
+        auto* batch = new (page) swap_batch;
+        batch->deallocate = allocator.deallocate;
+        batch->count = static_cast<std::uint32_t>(std::min(swap_batch::capacity, slots.size() - at));
+        std::copy_n(slots.begin() + static_cast<std::ptrdiff_t>(at), batch->count, batch->slots);
+        at += batch->count;
+        batches.push_back(*batch);  // O(1): the gathering order is the chain's
+        swap_counts_.batches.fetch_add(1, std::memory_order_relaxed);
+      }
+      swap_counts_.batched.fetch_add(at, std::memory_order_relaxed);
+      (void)swap_release_.put_chain(std::move(batches));  // queued, or released inline at once
+    }
+    for (std::size_t rest = at; rest < slots.size(); ++rest) swap_->free(slots[rest]);
+    swap_counts_.inline_entries.fetch_add(slots.size() - at, std::memory_order_relaxed);
+  }
+
+  // On the swap-release worker (or inline): frees the batch's slots, then its page.
+  void release_swap_batch(swap_batch& batch) noexcept {
+    for (std::uint32_t at = 0; at < batch.count; ++at) swap_->free(batch.slots[at]);
+    void (*deallocate)(void*) noexcept = batch.deallocate;
+    batch.~swap_batch();
+    deallocate(&batch);
+    swap_counts_.released.fetch_add(1, std::memory_order_release);  // pairs with swap_statistics()
+  }
+
+  static std::uint32_t validated_swap_min_exiting(std::uint32_t exits) {
+    if (exits == 0) throw std::invalid_argument("teardown::model: swap_min_exiting must be at least 1; unchanged");
+    return exits;
+  }
+
+  // ---- reclaim (under mmap_lock) ----------------------------------------------------------
+
+  // How many of `pages` reclaim may take now: none once a chunked OOM teardown has begun.
+  static std::uint64_t reclaimable(const mm_struct& mm, std::uint64_t pages) noexcept {
+    return mm.walk.started ? 0 : std::min(pages, get_mm_rss(mm));
+  }
+
+  // Drops the tail `taken` pages of the RSS (real memory: MADV_DONTNEED). Throws
+  // std::system_error, changing nothing, if madvise fails.
+  static void reclaim_locked(mm_struct& mm, std::uint64_t taken) {
+    if (mm.base != nullptr) {
+      const std::size_t keep = static_cast<std::size_t>(get_mm_rss(mm) - taken) * page_size();
+      if (madvise(mm.base + keep, static_cast<std::size_t>(taken) * page_size(), MADV_DONTNEED) != 0) {
+        throw std::system_error(errno, std::generic_category(), "teardown::model::reclaim: madvise");
+      }
+    }
+    mm.rss_pages.fetch_sub(static_cast<std::int64_t>(taken), std::memory_order_relaxed);
   }
 
   // ---- the chunked teardown of an OOM victim (under mmap_lock unless said otherwise) --------
@@ -979,6 +1277,18 @@ class basic_mm_system {
     out.reaper = std::move(opts.reaper);
     return out;
   }
+
+  // Seed 004's swap release: what it uses comes before it, so it stops before any of that dies;
+  // it comes before the mm_reaper, which may still release swap while it drains at the end.
+  struct swap_counters {  // relaxed, except released (see swap_statistics)
+    std::atomic<std::uint64_t> batched{0}, inline_entries{0}, batches{0}, alloc_failures{0}, released{0};
+  };
+  std::unique_ptr<swap_space> swap_;
+  swap_counters swap_counts_;
+  std::atomic<std::uint32_t> swap_min_exiting_;
+  std::atomic<const swap_batch_allocator*> swap_allocator_{&default_swap_batch_allocator};
+  std::atomic<std::uint32_t> exiting_{0};  // final exits in flight (with a swap device only)
+  async_teardown<swap_batch, &swap_batch::hook, swap_batch_traits> swap_release_;
 
   std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> oom_kills_{0};
