@@ -9,10 +9,18 @@
 // intended load (a producer per hardware thread, plus the worker that drains them).
 // Each case runs for at least 0.2 s unless --benchmark_min_time says otherwise. After the
 // console table, the binary prints every case's time per push and its ratio to limit/fetch_add
-// at the same producer count (medians when repeated).
+// at the same producer count (medians when repeated), and sharded_llist/std's time per push
+// divided by llist/std's at the highest producer count.
 //
 //   llist/std                 teardown::llist<..., std_atomics>: add / del_all
 //   llist/ao                  teardown::llist<..., ao_atomics>: add / del_all (libatomic_ops)
+//   sharded_llist/std         teardown::sharded_llist<..., std_atomics>, default shard count (the
+//                             hardware threads): add to the producer's own shard / del_all of
+//                             every shard. Up to the hardware thread count, no two producers
+//                             share a shard, so each push writes a line no other producer does
+//                             (plus the shared was-empty word when its shard was empty).
+//                             limit/fetch_add is the floor for one shared line only: this case
+//                             may go below it.
 //   limit/fetch_add           one atomic<uint64_t> on its own cache line: producers fetch_add(1),
 //                             the consumer exchange(0)s it. No push can beat one contended RMW on
 //                             one line, so this is the floor the others are divided by.
@@ -51,6 +59,7 @@
 
 #include "bench_support.hpp"
 #include "teardown/llist.hpp"
+#include "teardown/sharded_llist.hpp"
 
 #ifndef TEARDOWN_BENCH_HAVE_BOOST
 #define TEARDOWN_BENCH_HAVE_BOOST 0
@@ -175,6 +184,23 @@ struct alignas(64) llist_case {
   }
 
   teardown::llist<bench_node, &bench_node::hook, Atomics> list;
+};
+
+// The same as llist_case on the sharded list: each producer thread adds to its own shard.
+template <class Atomics>
+struct alignas(64) sharded_llist_case {
+  static constexpr bool uses_nodes = true;
+  explicit sharded_llist_case(std::size_t /*capacity*/) {}
+
+  void push(bench_node& n) noexcept { (void)list.add(n); }
+  bool take_all() noexcept {
+    auto batch = list.del_all();
+    if (batch.empty()) return false;
+    for (bench_node& n : batch) hand_back(n);
+    return true;
+  }
+
+  teardown::sharded_llist<bench_node, &bench_node::hook, Atomics> list;
 };
 
 struct alignas(64) fetch_add_limit {
@@ -391,6 +417,18 @@ class ratio_reporter : public teardown_bench::summary_reporter {
       }
       std::fprintf(out, "\n");
     }
+
+    // The point of sharding: at the highest producer count, how much of llist's time per push
+    // is left when each producer has a head of its own.
+    const std::int64_t top = thread_counts.empty() ? 0 : thread_counts.back();
+    const double sharded = value("sharded_llist/std", top);
+    const double single = value("llist/std", top);
+    if (sharded > 0 && single > 0) {
+      std::fprintf(out,
+                   "\nsharded / single-head at %lld producers: sharded_llist/std %.1f ns / "
+                   "llist/std %.1f ns = %.2fx\n",
+                   static_cast<long long>(top), sharded, single, sharded / single);
+    }
   }
 
   // ns per push, all producers together; 0 if the case did not run at that count.
@@ -426,6 +464,7 @@ int main(int argc, char** argv) {
   const int hardware_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   register_case<llist_case<teardown::std_atomics>>("llist/std", hardware_threads);
+  register_case<sharded_llist_case<teardown::std_atomics>>("sharded_llist/std", hardware_threads);
 #if TEARDOWN_AO_ATOMICS_AVAILABLE
   register_case<llist_case<teardown::ao_atomics>>("llist/ao", hardware_threads);
 #else

@@ -240,6 +240,20 @@ class llist_batch {
     return llist_batch(reversed);
   }
 
+  /// Moves every node of `other` behind this batch's last node (this batch's order, then
+  /// other's) and leaves `other` empty. O(size()): walks this batch to its end, not `other`, so
+  /// joining several batches front to back is cheapest last batch first (sharded_llist does).
+  void append(llist_batch&& other) noexcept {
+    llist_node* rest = std::exchange(other.first_, nullptr);
+    if (first_ == nullptr) {
+      first_ = rest;
+      return;
+    }
+    llist_node* last = first_;
+    while (last->next() != nullptr) last = last->next();
+    last->set_next(rest);
+  }
+
   /// A single-pass iterator that pops each element before yielding it.
   class iterator {
    public:

@@ -9,5 +9,6 @@
 #include "teardown/deferred.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
+#include "teardown/sharded_llist.hpp"
 #include "teardown/static_key.hpp"
 #include "teardown/trace.hpp"
