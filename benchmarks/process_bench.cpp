@@ -1,0 +1,553 @@
+// process_bench — what teardown::process::enable_shadow_teardown() (process.hpp) buys a waiter,
+// and where the cost went. A plain program, not Google Benchmark: each measurement is a real
+// process populated with gigabytes, repeated (--reps) and summarised as median / min / max. JSON
+// on stdout (or --out); progress and a table on stderr.
+//
+//   process_bench [--sizes 1,2] [--reps 3] [--quick] [--out FILE] [--mem-fraction F] [--no-thp]
+//     --sizes LIST   GiB each program populates (default 1,2); --quick: 0.25 and 1 repetition
+//     --reps N       repetitions (default 3); within each, the three kinds of program (below)
+//                    take turns, so that drift hits them alike
+//     --mem-fraction populate at most F of MemAvailable (default 0.6); a size above is skipped
+//     --no-thp       PR_SET_THP_DISABLE for the programs: 4 KiB pages whatever the system says
+//                    (the default leaves the system's setting, recorded in "machine")
+//
+// Three kinds of program take turns: "none" (no helper), "nice19" (enable_shadow_teardown() with
+// the default options: the helper at nice 19) and "idle" (with sched_idle = true: the helper in
+// SCHED_IDLE). One measurement: a fork()ed program (with a helper: enable_shadow_teardown()
+// first, timed as enable_us) maps --sizes GiB of anonymous memory, touches every page, reports
+// and blocks. Then, from this process:
+//   kill_to_waitpid_ms  SIGKILL -> waitpid() returning: what a supervisor, a shell or a test
+//                       harness waits for. Without a helper this includes the whole teardown.
+//   held_at_waitpid_gib how much of the program's memory was still not free when waitpid()
+//                       returned (free memory before populating minus free memory then).
+//   memory_back_ms      SIGKILL -> the free memory back within 10% of the size of its value
+//                       before populating (polled about every 1 ms; bounded at 30 s + 10 s per
+//                       GiB, a repetition that hits the bound counts it, memory_back_timeouts).
+//   helper_gone_ms      with a helper: SIGKILL -> the helper has exited (gone from /proc or a
+//                       zombie), i.e. its teardown is done.
+// Free memory is MemAvailable plus the pages on the per-CPU free lists (/proc/zoneinfo
+// "count:"), which MemAvailable leaves out and which can hold hundreds of MiB per CPU since
+// Linux 6.7 (exit_matrix.cpp's memory_gauge explains it). memory_back_ms says the teardown cost
+// did not vanish: it moved off the waiter's path, and the memory comes back no sooner.
+//
+// JSON: {"benchmark": "process_bench", "machine": {...}, "config": {...},
+//        "rows": [{"size_gib", "helper" ("none" | "nice19" | "idle"), "reps", "kill_to_waitpid_ms" {S}, "held_at_waitpid_gib" {S},
+//                  "memory_back_ms" {S}, ["helper_gone_ms" {S}, "enable_us" {S}],
+//                  ["memory_back_timeouts"], ["skipped"]}]}       {S} = {"median", "min", "max"}
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "teardown/process.hpp"
+
+#include "machine_info.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double ms_between(clock_type::time_point from, clock_type::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+void progress(const char* format, ...) __attribute__((format(printf, 1, 2)));
+void progress(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::vfprintf(stderr, format, args);
+  va_end(args);
+  std::fflush(stderr);
+}
+
+std::string strprintf(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string strprintf(const char* format, ...) {
+  char buffer[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof buffer, format, args);
+  va_end(args);
+  return buffer;
+}
+
+// ---- options --------------------------------------------------------------------------------
+
+struct options {
+  std::vector<double> sizes_gib{1, 2};
+  int reps = 3;
+  double mem_fraction = 0.6;
+  bool quick = false;
+  bool no_thp = false;
+  std::string out;
+};
+
+constexpr const char* kUsage =
+    "usage: process_bench [--sizes 1,2] [--reps 3] [--quick] [--out FILE] [--mem-fraction F] [--no-thp]\n"
+    "  --sizes LIST      GiB each program populates (default 1,2)\n"
+    "  --reps N          repetitions (default 3)\n"
+    "  --quick           0.25 GiB, 1 repetition (explicit flags win)\n"
+    "  --out FILE        write the JSON there (default: stdout)\n"
+    "  --mem-fraction F  populate at most F of MemAvailable (default 0.6)\n"
+    "  --no-thp          4 KiB pages for the programs (PR_SET_THP_DISABLE)\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "process_bench: %s\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+double parse_positive(std::string_view flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !(value > 0) || !std::isfinite(value)) {
+    usage_error(std::string(flag) + ": \"" + text + "\" is not a positive number");
+  }
+  return value;
+}
+
+options parse_options(int argc, char** argv) {
+  options opts;
+  std::vector<std::pair<std::string, std::string>> flags;  // applied after --quick, which they override
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (arg == "--quick") {
+      opts.quick = true;
+      continue;
+    }
+    if (arg == "--no-thp") {
+      opts.no_thp = true;
+      continue;
+    }
+    std::string name = arg;
+    std::string value;
+    if (const std::size_t eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else {
+      if (i + 1 >= argc) usage_error(arg + " needs a value");
+      value = argv[++i];
+    }
+    flags.emplace_back(name, value);
+  }
+  if (opts.quick) {
+    opts.sizes_gib = {0.25};
+    opts.reps = 1;
+  }
+  for (const auto& [name, value] : flags) {
+    if (name == "--sizes") {
+      opts.sizes_gib.clear();
+      std::size_t start = 0;
+      for (;;) {
+        const std::size_t comma = value.find(',', start);
+        opts.sizes_gib.push_back(parse_positive(name, value.substr(start, comma - start)));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else if (name == "--reps") {
+      const double reps = parse_positive(name, value);
+      if (reps != std::floor(reps) || reps > 1000) usage_error("--reps: \"" + value + "\" is not a count");
+      opts.reps = static_cast<int>(reps);
+    } else if (name == "--mem-fraction") {
+      opts.mem_fraction = parse_positive(name, value);
+      if (opts.mem_fraction > 0.95) usage_error("--mem-fraction: at most 0.95");
+    } else if (name == "--out") {
+      opts.out = value;
+    } else {
+      usage_error("unknown flag " + name);
+    }
+  }
+  return opts;
+}
+
+// ---- free memory ------------------------------------------------------------------------------
+
+std::string read_all(const char* path) {
+  std::string text;
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char buffer[16384];
+  ssize_t got;
+  while ((got = read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<std::size_t>(got));
+  close(fd);
+  return text;
+}
+
+std::uint64_t meminfo_bytes(std::string_view field) {
+  const std::string text = read_all("/proc/meminfo");
+  const std::size_t at = text.find(field);
+  if (at == std::string::npos) throw std::runtime_error("/proc/meminfo has no " + std::string(field));
+  return std::strtoull(text.c_str() + at + field.size(), nullptr, 10) * 1024;  // the file says kB
+}
+
+// MemAvailable plus the pages on the per-CPU free lists.
+std::uint64_t free_bytes() {
+  const std::string zones = read_all("/proc/zoneinfo");
+  constexpr std::string_view key = "count:";
+  std::uint64_t pages = 0;
+  for (std::size_t at = zones.find(key); at != std::string::npos; at = zones.find(key, at + key.size())) {
+    pages += std::strtoull(zones.c_str() + at + key.size(), nullptr, 10);
+  }
+  return meminfo_bytes("MemAvailable:") + pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Gone from /proc, or a zombie: its exit, teardown included, is complete.
+bool ended(pid_t pid) {
+  const std::string stat = read_all(("/proc/" + std::to_string(pid) + "/stat").c_str());
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return true;
+  const char state = stat[close + 2];
+  return state == 'Z' || state == 'X';
+}
+
+// ---- one measurement ------------------------------------------------------------------------
+
+struct program_report {
+  int error = 0;  // errno of the failed step, 0 if none
+  int step = 0;   // 1 enable_shadow_teardown, 2 mmap
+  pid_t helper = 0;
+  double enable_us = NAN;
+};
+
+// The program: a fork()ed child of this single-threaded benchmark. Never returns.
+enum class helper_kind { none, nice19, idle };
+constexpr helper_kind kKinds[] = {helper_kind::none, helper_kind::nice19, helper_kind::idle};
+
+const char* kind_name(helper_kind kind) {
+  return kind == helper_kind::none ? "none" : kind == helper_kind::nice19 ? "nice19" : "idle";
+}
+
+[[noreturn]] void program_main(int report_fd, std::size_t bytes, helper_kind kind, bool no_thp) {
+  // Dies with the benchmark, whatever happens to it.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) _exit(1);
+  if (no_thp) (void)prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
+  program_report report;
+  if (kind != helper_kind::none) {
+    const auto start = clock_type::now();
+    try {
+      report.helper = teardown::process::enable_shadow_teardown({.sched_idle = kind == helper_kind::idle});
+      report.enable_us = ms_between(start, clock_type::now()) * 1e3;
+    } catch (const std::system_error& e) {
+      report.error = e.code().value();
+      report.step = 1;
+    }
+  }
+  if (report.error == 0) {
+    void* const base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+      report.error = errno;
+      report.step = 2;
+    } else {
+      const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+      auto* const bytes_at = static_cast<volatile unsigned char*>(base);
+      for (std::size_t at = 0; at < bytes; at += page) bytes_at[at] = 1;
+    }
+  }
+  if (write(report_fd, &report, sizeof report) != static_cast<ssize_t>(sizeof report)) _exit(3);
+  for (;;) pause();
+}
+
+struct sample {
+  double kill_to_waitpid_ms = NAN;
+  double held_at_waitpid_gib = NAN;
+  double memory_back_ms = NAN;
+  double helper_gone_ms = NAN;
+  double enable_us = NAN;
+  bool memory_back_timed_out = false;
+};
+
+sample measure(double bytes, helper_kind kind, bool no_thp) {
+  const bool shadow = kind != helper_kind::none;
+  const std::uint64_t before = free_bytes();
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  std::fflush(stderr);
+  const pid_t program = fork();
+  if (program == 0) {
+    close(fds[0]);
+    program_main(fds[1], static_cast<std::size_t>(bytes), kind, no_thp);
+  }
+  const int fork_error = errno;
+  close(fds[1]);
+  if (program < 0) {
+    close(fds[0]);
+    throw std::system_error(fork_error, std::generic_category(), "fork");
+  }
+  // Kills and reaps the program on every path out of here.
+  struct program_guard {
+    pid_t pid;
+    bool reaped = false;
+    ~program_guard() {
+      if (reaped) return;
+      kill(pid, SIGKILL);
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  } guard{program};
+
+  program_report report;
+  pollfd ready{fds[0], POLLIN, 0};
+  const int timeout_ms = 30'000 + static_cast<int>(10'000 * bytes / kGiB);
+  int polled;
+  while ((polled = poll(&ready, 1, timeout_ms)) < 0 && errno == EINTR) {
+  }
+  const ssize_t got = polled == 1 ? read(fds[0], &report, sizeof report) : -1;
+  close(fds[0]);
+  if (polled == 0) throw std::runtime_error(strprintf("the program did not populate within %d s", timeout_ms / 1000));
+  if (got != static_cast<ssize_t>(sizeof report)) throw std::runtime_error("the program died before it reported");
+  if (report.error != 0) {
+    throw std::system_error(report.error, std::generic_category(),
+                            report.step == 1 ? "program: enable_shadow_teardown" : "program: mmap");
+  }
+
+  sample s;
+  s.enable_us = report.enable_us;
+  const auto start = clock_type::now();
+  kill(program, SIGKILL);
+  while (waitpid(program, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  guard.reaped = true;
+  const auto reaped = clock_type::now();
+  s.kill_to_waitpid_ms = ms_between(start, reaped);
+  const std::uint64_t at_waitpid = free_bytes();
+  s.held_at_waitpid_gib = at_waitpid < before ? static_cast<double>(before - at_waitpid) / kGiB : 0.0;
+
+  // Until the memory is back and, with a helper, the helper is gone; the helper ends by itself
+  // (its program died), so a helper still there at the bound is killed and the run fails.
+  const auto slack = static_cast<std::uint64_t>(0.1 * bytes);
+  const std::uint64_t target = before > slack ? before - slack : 0;
+  const auto deadline = start + std::chrono::milliseconds(30'000 + static_cast<int>(10'000 * bytes / kGiB));
+  std::optional<clock_type::time_point> memory_back, helper_gone;
+  for (;;) {
+    const auto now = clock_type::now();
+    if (!helper_gone && (!shadow || ended(report.helper))) helper_gone = now;
+    if (!memory_back && free_bytes() >= target) memory_back = clock_type::now();
+    if (memory_back && helper_gone) break;
+    if (now > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (shadow && !helper_gone) {
+    kill(report.helper, SIGKILL);
+    throw std::runtime_error("the helper outlived its program");
+  }
+  s.memory_back_timed_out = !memory_back;
+  s.memory_back_ms = ms_between(start, memory_back.value_or(clock_type::now()));
+  if (shadow) s.helper_gone_ms = ms_between(start, *helper_gone);
+  return s;
+}
+
+// ---- summaries, JSON ----------------------------------------------------------------------
+
+struct summary {
+  double median = NAN, min = NAN, max = NAN;
+};
+
+summary summarize(std::vector<double> v) {
+  summary s;
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  s.median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+std::string number(double value) {
+  if (!std::isfinite(value)) return "null";
+  return strprintf("%.6g", value);
+}
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += strprintf("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+class json_object {
+ public:
+  json_object& set(const std::string& key, double value) { return raw(key, number(value)); }
+  json_object& set(const std::string& key, int value) { return raw(key, std::to_string(value)); }
+  json_object& set(const std::string& key, bool value) { return raw(key, value ? "true" : "false"); }
+  json_object& set(const std::string& key, const std::string& value) { return raw(key, quoted(value)); }
+  json_object& set(const std::string& key, const char* value) { return raw(key, quoted(value)); }
+  json_object& set(const std::string& key, const summary& s) {
+    return raw(key, json_object().set("median", s.median).set("min", s.min).set("max", s.max).str());
+  }
+  std::string str() const {
+    std::string out = "{";
+    for (std::size_t i = 0; i < fields_.size(); ++i) {
+      out += (i == 0 ? "" : ", ") + quoted(fields_[i].first) + ": " + fields_[i].second;
+    }
+    return out + "}";
+  }
+
+ private:
+  json_object& raw(const std::string& key, std::string json) {
+    fields_.emplace_back(key, std::move(json));
+    return *this;
+  }
+  std::vector<std::pair<std::string, std::string>> fields_;
+};
+
+json_object machine() {
+  utsname uts{};
+  uname(&uts);
+  return json_object()
+      .set("cpus", static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))
+      .set("mem_total_gib", static_cast<double>(meminfo_bytes("MemTotal:")) / kGiB)
+      .set("mem_available_gib", static_cast<double>(meminfo_bytes("MemAvailable:")) / kGiB)
+      .set("page_size", static_cast<int>(sysconf(_SC_PAGESIZE)))
+      .set("cpu_model", teardown_bench::cpu_model())
+      .set("kernel", std::string(uts.release))
+      .set("transparent_hugepage", teardown_bench::first_line("/sys/kernel/mm/transparent_hugepage/enabled"))
+      .set("load_average_1m", std::strtod(teardown_bench::first_line("/proc/loadavg").c_str(), nullptr));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options opts = parse_options(argc, argv);
+  if (!teardown::process::shadow_teardown_supported) {
+    std::fprintf(stderr, "process_bench: shadow teardown is not supported on this platform\n");
+    return 1;
+  }
+  try {
+    const json_object machine_json = machine();
+    std::vector<json_object> rows;
+    std::vector<std::string> table;
+    const auto run_start = clock_type::now();
+    for (const double gib : opts.sizes_gib) {
+      const double bytes = gib * kGiB;
+      const double available = static_cast<double>(meminfo_bytes("MemAvailable:"));
+      std::optional<std::string> skipped;
+      if (bytes > opts.mem_fraction * available) {
+        skipped = strprintf("%.3g GiB is more than %.2f of MemAvailable (%.1f GiB)", gib, opts.mem_fraction, available / kGiB);
+      }
+      std::vector<sample> samples[3];  // by helper_kind
+      for (int rep = 0; rep < opts.reps && !skipped; ++rep) {
+        for (const helper_kind kind : kKinds) {
+          const bool shadow = kind != helper_kind::none;
+          progress("%.3g GiB, helper %s, rep %d/%d: ", gib, kind_name(kind), rep + 1, opts.reps);
+          try {
+            const sample s = measure(bytes, kind, opts.no_thp);
+            samples[static_cast<int>(kind)].push_back(s);
+            progress("kill->waitpid %.2f ms, held at waitpid %.2f GiB, memory back %.1f ms", s.kill_to_waitpid_ms,
+                     s.held_at_waitpid_gib, s.memory_back_ms);
+            if (shadow) progress(", helper gone %.1f ms, enable %.0f us", s.helper_gone_ms, s.enable_us);
+            progress("\n");
+          } catch (const std::exception& e) {
+            skipped = std::string("failed: ") + e.what();
+            progress("%s\n", skipped->c_str());
+            break;
+          }
+        }
+      }
+      for (const helper_kind kind : kKinds) {
+        const bool shadow = kind != helper_kind::none;
+        const std::vector<sample>& got = samples[static_cast<int>(kind)];
+        auto pick = [&](double sample::*field) {
+          std::vector<double> values;
+          for (const sample& s : got) values.push_back(s.*field);
+          return summarize(values);
+        };
+        json_object row;
+        row.set("size_gib", gib).set("helper", kind_name(kind)).set("reps", static_cast<int>(got.size()));
+        if (skipped) row.set("skipped", *skipped);
+        if (!got.empty()) {
+          const summary waitpid_ms = pick(&sample::kill_to_waitpid_ms);
+          const summary held = pick(&sample::held_at_waitpid_gib);
+          const summary back = pick(&sample::memory_back_ms);
+          row.set("kill_to_waitpid_ms", waitpid_ms).set("held_at_waitpid_gib", held).set("memory_back_ms", back);
+          std::string gone = "             -";
+          if (shadow) {
+            const summary helper = pick(&sample::helper_gone_ms);
+            row.set("helper_gone_ms", helper).set("enable_us", pick(&sample::enable_us));
+            gone = strprintf("%14.1f", helper.median);
+          }
+          const int timeouts = static_cast<int>(
+              std::count_if(got.begin(), got.end(), [](const sample& s) { return s.memory_back_timed_out; }));
+          if (timeouts != 0) row.set("memory_back_timeouts", timeouts);
+          table.push_back(strprintf("%6.3g  %-6s  %8.2f [%8.2f, %8.2f]  %8.2f  %14.1f  %s", gib, kind_name(kind),
+                                    waitpid_ms.median, waitpid_ms.min, waitpid_ms.max, held.median, back.median,
+                                    gone.c_str()));
+        } else if (skipped) {
+          table.push_back(strprintf("%6.3g  %-6s  skipped: %s", gib, kind_name(kind), skipped->c_str()));
+        }
+        rows.push_back(std::move(row));
+      }
+    }
+
+    json_object config;
+    config.set("reps", opts.reps).set("mem_fraction", opts.mem_fraction).set("quick", opts.quick)
+        .set("thp_disabled_for_programs", opts.no_thp)
+        .set("note",
+             "Real fork()ed programs, anonymous memory touched page by page, killed with SIGKILL. "
+             "helper nice19: the program called teardown::process::enable_shadow_teardown() first (default "
+             "options: the helper at nice 19); idle: with sched_idle = true (SCHED_IDLE). Free memory = "
+             "MemAvailable + per-CPU free list pages (/proc/zoneinfo count:). Times from the SIGKILL.");
+    std::string json = "{\n  \"benchmark\": \"process_bench\",\n";
+    json += "  \"machine\": " + machine_json.str() + ",\n";
+    json += "  \"config\": " + config.str() + ",\n";
+    json += "  \"rows\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i) json += (i == 0 ? "\n    " : ",\n    ") + rows[i].str();
+    json += "\n  ]\n}\n";
+
+    std::fprintf(stderr,
+                 "\nprocess_bench: medians of %d repetitions; times in ms from the SIGKILL; held GiB: not yet free when\n"
+                 "waitpid() returned\n"
+                 "   GiB  helper  kill->waitpid ms [min, max]      held GiB  memory back ms  helper gone ms\n",
+                 opts.reps);
+    for (const std::string& line : table) std::fprintf(stderr, "%s\n", line.c_str());
+    std::fprintf(stderr, "total %.1f s\n", ms_between(run_start, clock_type::now()) / 1e3);
+    if (opts.out.empty()) {
+      std::fputs(json.c_str(), stdout);
+    } else {
+      std::FILE* out = std::fopen(opts.out.c_str(), "w");
+      if (out == nullptr || std::fputs(json.c_str(), out) < 0 || std::fclose(out) != 0) {
+        std::fprintf(stderr, "process_bench: cannot write %s: %s\n", opts.out.c_str(), std::strerror(errno));
+        return 1;
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "process_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

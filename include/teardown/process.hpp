@@ -1,0 +1,651 @@
+// teardown/process.hpp — shadow teardown for a whole process (Linux): a helper process that
+// shares the program's address space, so that when the program exits or is killed, the one who
+// waits for it (a supervisor's waitpid, a shell, a test harness) does not wait for the address
+// space to be torn down.
+//
+//     int main() {
+//       teardown::process::enable_shadow_teardown();          // once, early; throws on failure
+//       ...                                                    // the program, unchanged
+//     }
+//
+// This is the process-level form of the kernel series' deferred teardown, and what QEMU does
+// with -run-with async-teardown=on. A process's exit pays for unmapping its address space:
+// every page freed, every page table walked, tens to hundreds of milliseconds per GiB. Its
+// parent's waitpid() returns only after that. enable_shadow_teardown() creates a helper with
+// clone(CLONE_VM): a process of its own that uses the same address space (the mm gains a second
+// user). When the program exits, or is SIGKILLed, its exit path only drops its reference to the
+// mm and goes on, so the waiter's waitpid() returns at once; the helper, told that its program
+// is gone, then exits too and pays the whole teardown, on its own time. The cost does not vanish:
+// it moves from the waiter's path to the helper (see "What it costs").
+//
+// Who may call what (all functions: any thread; none is async-signal-safe)
+//   enable_shadow_teardown   may block: until the helper reports that it is set up (0.1 to 0.3 ms
+//                            in process_bench; bounded at 30 s, then std::system_error
+//                            ETIMEDOUT).
+//                            Returns the helper's pid. Throws std::invalid_argument for bad
+//                            options and std::system_error when a step fails; either way nothing
+//                            has changed: no helper, no descriptor, no mapping is left behind.
+//                            A second call while this process's helper lives returns its pid and
+//                            changes nothing (the options are checked, not applied). A call after
+//                            the helper died (someone killed it) reaps it and starts a new one.
+//                            Calls from several threads serialize.
+//   disable_shadow_teardown  may block briefly: kills the helper and reaps it. The program's exit
+//                            is inline again. No-op when there is no helper. Cheap: the helper's
+//                            exit frees nothing while the program still uses the mm.
+//   shadow_teardown_enabled, shadow_pid
+//                            wait-free snapshots (one getpid() system call): whether this process
+//                            has a live helper, and its pid (0 if none).
+//
+// How the helper is made, and what it does (everything here is in enable_shadow_teardown)
+//   - Its stack: a small mapping of its own (stack_size, a PROT_NONE guard page below it, kept
+//     out of fork children by MADV_DONTFORK). It lives as long as the process.
+//   - clone(CLONE_VM | CLONE_CHILD_CLEARTID) with exit signal 0, made by the calling thread with
+//     a raw system call (not glibc's clone(): ThreadSanitizer intercepts that one and treats the
+//     child as a fork, which corrupts its state when the child shares the memory). No
+//     CLONE_FILES, CLONE_FS, CLONE_SIGHAND: the helper has copies of the descriptor table, the
+//     working directory and the signal handlers, not the program's own.
+//   - Every signal is blocked across the clone, so the helper starts, and stays, with all of
+//     them blocked: no handler of the program's can ever run on it. SIGKILL and SIGSTOP act.
+//   - The helper runs only code of this header that makes raw system calls. It shares the
+//     calling thread's thread pointer (no CLONE_SETTLS), so it must never touch thread-local
+//     storage: not errno (hence no libc syscall()), not the stack protector's canary, not a
+//     sanitizer's per-thread state. Its functions are built without sanitizers and stack
+//     protector for that reason, and never return. The calling thread may exit afterwards.
+//   - Then, in order: names itself (PR_SET_NAME, options.name, Linux keeps 15 bytes); asks for
+//     SIGHUP when its parent dies (PR_SET_PDEATHSIG); exits at once if its parent already died
+//     (getppid() is no longer the program); moves to "/" so that it does not keep a mount busy;
+//     closes every descriptor it inherited (close_range; below RLIMIT_NOFILE one by one on
+//     kernels before 5.9) except the read end of a pipe of its own — otherwise it would hold the
+//     program's pipes and sockets open after the program died, and a reader waiting for EOF on
+//     the program's stdout would wait for the helper; sets its nice value (options.nice) and,
+//     with options.sched_idle, the SCHED_IDLE policy; opens a signalfd for SIGHUP. It reports
+//     success or the failed step through a word in the shared memory (a futex), and
+//     enable_shadow_teardown() returns.
+//   - It waits in ppoll() on the pipe and the signalfd, and exits (freeing the address space,
+//     if it is the last user) when
+//       * the pipe's write end closes. The program holds it (close-on-exec, descriptor 3 or above),
+//         so it closes when the program exits, whatever killed it, and when it exec()s;
+//       * or SIGHUP arrives and getppid() is no longer the program. PR_SET_PDEATHSIG fires when
+//         the parent *thread* exits: a helper made on a thread that later exits gets SIGHUP, sees
+//         the same parent (the process lives on; the helper was handed to another of its
+//         threads), and keeps waiting. This path ends the helper even if the pipe's write end
+//         leaked into another process.
+//   - Reaped by init: when the program dies, the kernel hands the helper to the nearest
+//     subreaper (PR_SET_CHILD_SUBREAPER) above it, or else to the pid namespace's init, with an
+//     exit signal of SIGCHLD, and that process reaps it. The helper is never the waiter's child
+//     (unless the waiter is a subreaper). While the program lives, the helper is its child with
+//     exit signal 0: waitpid(-1) and wait() without __WALL or __WCLONE never see it (a
+//     "wait until ECHILD" loop ends as before) and SIGCHLD never announces it, so a program's own
+//     child handling is undisturbed. A program that waits for all its children with __WALL or
+//     __WCLONE would wait for the helper too, which only ends with the program: such a program
+//     calls disable_shadow_teardown() first, or does not enable.
+//
+// What it costs, and the failure modes
+//   - The teardown moved; it did not vanish. Until the helper finishes, the memory stays
+//     allocated and charged (MemAvailable, the memory cgroup). A supervisor that restarts the
+//     program at once runs the new instance beside the old image for as long as the teardown
+//     takes: a higher peak, which under a tight memory.max can push the new instance into reclaim
+//     or an OOM kill (the objection to deferred teardown in the seed 004 review, and why the
+//     kernel series bounds what it defers).
+//   - Whoever waits for the whole cgroup still waits for the teardown: systemd (KillMode=
+//     control-group) considers a unit stopped only once its cgroup is empty, and a container
+//     runtime waits for every process of the container. The gain is for a parent's waitpid().
+//   - A helper killed while the program lives (kill -9, an administrator, pkill -f matching the
+//     program's command line, which the helper shares): the program's exit is inline again,
+//     nothing else is lost. The dead helper stays a zombie (no memory) until the next
+//     enable_shadow_teardown() or disable_shadow_teardown() reaps it, or the program exits.
+//     shadow_teardown_enabled() says false as soon as the helper is dead (the kernel clears the
+//     shared word: CLONE_CHILD_CLEARTID).
+//   - The OOM killer kills every process that shares the victim's mm: an OOM-killed program
+//     takes its helper with it (and the oom_reaper frees the memory as usual), and if the helper
+//     is chosen (it shows the same RSS), the program dies with it. The helper inherits the
+//     program's oom_score_adj.
+//   - It is visible: ps lists the helper with options.name as its command (comm) and the
+//     program's command line (cmdline lives in the shared memory), and with the program's RSS.
+//     Tools that add up RSS over processes count the program twice; the memory cgroup does not.
+//   - One descriptor (the pipe's write end) stays open in the program. A program that closes
+//     all its descriptors (closefrom(3), a daemon's close loop) or dup2()s over it ends the
+//     helper: no harm, no deferral.
+//   - Sandboxes: a seccomp filter or an LSM may refuse clone with CLONE_VM but without
+//     CLONE_THREAD, or prctl: enable_shadow_teardown() then throws std::system_error (the failed
+//     step and errno) and changes nothing. Kernels without close_range (before 5.9) close
+//     descriptors one by one, which is slow only with a huge RLIMIT_NOFILE.
+//   - Privileges: the helper keeps the credentials, capabilities and seccomp filters it was
+//     created with, and it executes code in memory the program can write. A program that drops
+//     privileges or enters a sandbox after enabling leaves a more privileged process running in
+//     its memory: a way out. Enable once the process has its final credentials and sandbox.
+//
+// fork(), exec() and threads
+//   - fork(): the child has its own address space, which the helper does not share. In the
+//     child, shadow_teardown_enabled() is false, shadow_pid() is 0 and the pipe's write end is
+//     closed (a pthread_atfork handler; a child made by a raw clone system call keeps that
+//     descriptor until it exits or execs, and still reports no helper). A child that wants a
+//     helper calls enable_shadow_teardown() itself; daemon() is a fork, so call it after.
+//     fork() waits for an enable_shadow_teardown() in progress on another thread.
+//   - exec(): execve replaces the mm, and the helper would hold the old one: we checked on Linux
+//     6.18 that a CLONE_VM sharer keeps the whole old image (its RSS) alive after the program
+//     exec()s, for as long as the sharer lives. Here the exec closes the pipe's write end
+//     (close-on-exec), so the helper exits and frees the old image off the exec path. It stays a
+//     zombie (no memory) of the new image, which does not know it, until that image exits. The
+//     new image starts without a helper and may enable its own.
+//   - Threads: any thread may enable; the helper does not depend on that thread (see above).
+//
+// Sanitizers: the helper's code is built without instrumentation and makes only raw system
+// calls, so it runs under AddressSanitizer, UndefinedBehaviorSanitizer and ThreadSanitizer; the
+// clone bypasses ThreadSanitizer's clone interceptor (above).
+//
+// Platforms: Linux on x86-64. Elsewhere shadow_teardown_supported is false and
+// enable_shadow_teardown() throws std::system_error(ENOSYS) (after checking its options).
+//
+// Memory ordering: the helper reads its arguments, written before the clone system call (which
+// orders them), and publishes one 32-bit word with a single store followed by a FUTEX_WAKE; the
+// kernel clears the same word (and wakes) when the helper exits. enable_shadow_teardown() reads
+// it with acquire loads; the word alone carries the result (failed step and errno included), so
+// no other data travels with it. The pid and owner are published under the mutex with release
+// stores and read by the snapshots with acquire loads.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#if defined(__linux__)
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#endif
+
+#if defined(__linux__) && defined(__x86_64__)
+#define TEARDOWN_SHADOW_SUPPORTED 1
+#else
+#define TEARDOWN_SHADOW_SUPPORTED 0
+#endif
+
+namespace teardown::process {
+
+struct shadow_options {
+  // The helper's name (/proc/<pid>/comm, ps). Not empty, no NUL; Linux keeps the first 15 bytes.
+  std::string name = "teardown-shadow";
+  // The helper's stack, rounded up to whole pages, with a PROT_NONE guard page below it. The
+  // helper uses a few hundred bytes of it and touches one or two pages: the rest costs address
+  // space only.
+  std::size_t stack_size = 64 * 1024;
+  // The helper's nice value (-20..19), and so the priority of the teardown it runs once the
+  // program is gone: by default the lowest, as the kernel series' reaper, so that the teardown
+  // yields the CPU to whatever replaces the program. A value below the program's needs
+  // CAP_SYS_NICE (else std::system_error EACCES).
+  int nice = 19;
+  // SCHED_IDLE instead of the normal class: any other runnable task, the waiter included, then
+  // preempts the helper at once, and the scheduler counts the helper's CPU as idle when it places
+  // a waking task. On a busy machine that keeps the teardown, which starts on the CPU the program
+  // just left, from delaying the waiter by a scheduler slice (process_bench measures both), at
+  // the price of a teardown that waits longer for spare CPU time, and so memory that stays
+  // charged longer.
+  bool sched_idle = false;
+
+  static constexpr std::size_t min_stack_size = 16 * 1024;
+  static constexpr std::size_t max_stack_size = 16 * 1024 * 1024;
+};
+
+inline constexpr bool shadow_teardown_supported = TEARDOWN_SHADOW_SUPPORTED != 0;
+
+inline pid_t enable_shadow_teardown(const shadow_options& options = {});
+inline void disable_shadow_teardown() noexcept;
+inline bool shadow_teardown_enabled() noexcept;
+inline pid_t shadow_pid() noexcept;
+
+// ---- end of the public interface ------------------------------------------------------------
+
+namespace detail {
+
+inline void check_shadow_options(const shadow_options& options) {
+  if (options.name.empty()) {
+    throw std::invalid_argument("teardown::process::enable_shadow_teardown: options.name is empty");
+  }
+  if (options.name.find('\0') != std::string::npos) {
+    throw std::invalid_argument("teardown::process::enable_shadow_teardown: options.name contains a NUL byte");
+  }
+  if (options.stack_size < shadow_options::min_stack_size || options.stack_size > shadow_options::max_stack_size) {
+    throw std::invalid_argument("teardown::process::enable_shadow_teardown: options.stack_size " +
+                                std::to_string(options.stack_size) + " is outside [" +
+                                std::to_string(shadow_options::min_stack_size) + ", " +
+                                std::to_string(shadow_options::max_stack_size) + "]");
+  }
+  if (options.nice < -20 || options.nice > 19) {
+    throw std::invalid_argument("teardown::process::enable_shadow_teardown: options.nice " +
+                                std::to_string(options.nice) + " is outside [-20, 19]");
+  }
+}
+
+#if TEARDOWN_SHADOW_SUPPORTED
+
+// The word the helper reports through (and the kernel clears when the helper exits).
+inline constexpr int word_exited = 0;    // CLONE_CHILD_CLEARTID: the helper is gone
+inline constexpr int word_ready = 1;     // set up and waiting
+inline constexpr int word_starting = 2;  // cloned, not yet reported
+// Any other value is a failure: (step << 16) | errno.
+enum helper_step : int { step_name = 1, step_parent_death, step_close, step_nice, step_policy, step_signalfd };
+
+inline const char* step_description(int step) noexcept {
+  switch (step) {
+    case step_name: return "prctl(PR_SET_NAME)";
+    case step_parent_death: return "prctl(PR_SET_PDEATHSIG)";
+    case step_close: return "close_range";
+    case step_nice: return "setpriority";
+    case step_policy: return "sched_setscheduler(SCHED_IDLE)";
+    case step_signalfd: return "signalfd";
+    default: return "an unknown step";
+  }
+}
+
+inline constexpr int parent_death_signal = SIGHUP;
+
+#if defined(SYS_close_range)
+inline constexpr long sys_close_range = SYS_close_range;
+#else
+inline constexpr long sys_close_range = 436;  // the same number on every architecture
+#endif
+
+// What the helper reads. In static storage of the shared memory: written by the owner before the
+// clone, read by the helper afterwards; the owner writes it again only once that helper is
+// reaped.
+struct helper_args {
+  alignas(64) int word = word_exited;  // through std::atomic_ref on the owner's side
+  pid_t owner = 0;
+  int read_fd = -1;
+  int nice = 19;
+  bool sched_idle = false;
+  unsigned long fd_limit = 0;  // close one by one below this when close_range is missing
+  char name[16] = {};
+};
+
+// ---- the helper's code: raw system calls only, no thread-local storage, no instrumentation ----
+
+#if defined(__clang__) && defined(__has_attribute) && __has_attribute(disable_sanitizer_instrumentation)
+// Clang's no_sanitize("thread") still emits the function entry and exit hooks, which use the
+// calling thread's ThreadSanitizer state; disable_sanitizer_instrumentation removes those (and
+// clang 14 still needs no_sanitize for AddressSanitizer and UBSan).
+#define TEARDOWN_SHADOW_NO_SANITIZE \
+  __attribute__((disable_sanitizer_instrumentation, no_sanitize("address", "thread", "undefined", "safe-stack")))
+#elif defined(__clang__)
+#define TEARDOWN_SHADOW_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined", "safe-stack")))
+#else
+#define TEARDOWN_SHADOW_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
+#endif
+#if defined(__has_attribute) && __has_attribute(no_stack_protector)
+#define TEARDOWN_SHADOW_NO_CANARY __attribute__((no_stack_protector))
+#else
+#define TEARDOWN_SHADOW_NO_CANARY __attribute__((optimize("no-stack-protector")))
+#endif
+// The stack protector's canary is thread-local: a read would use the calling thread's block,
+// which is gone if that thread has exited.
+#define TEARDOWN_SHADOW_HELPER_CODE TEARDOWN_SHADOW_NO_SANITIZE TEARDOWN_SHADOW_NO_CANARY
+
+// A system call that leaves errno alone: returns the result, or -errno.
+TEARDOWN_SHADOW_HELPER_CODE inline long helper_syscall(long number, long a1 = 0, long a2 = 0, long a3 = 0,
+                                                       long a4 = 0, long a5 = 0) noexcept {
+  long result = number;
+  __asm__ volatile(
+      "mov %[a4], %%r10\n\t"
+      "mov %[a5], %%r8\n\t"
+      "syscall"
+      : "+a"(result)
+      : "D"(a1), "S"(a2), "d"(a3), [a4] "r"(a4), [a5] "r"(a5)
+      : "rcx", "r8", "r10", "r11", "memory", "cc");
+  return result;
+}
+
+[[noreturn]] TEARDOWN_SHADOW_HELPER_CODE inline void helper_exit() noexcept {
+  for (;;) helper_syscall(SYS_exit, 0);
+}
+
+TEARDOWN_SHADOW_HELPER_CODE inline void helper_publish(helper_args* args, int value) noexcept {
+  *static_cast<volatile int*>(&args->word) = value;
+  // Not FUTEX_PRIVATE: the owner waits with a shared futex, as the kernel's clear-and-wake on
+  // exit uses one, and the two kinds do not wake each other.
+  helper_syscall(SYS_futex, reinterpret_cast<long>(&args->word), FUTEX_WAKE, INT_MAX);
+}
+
+// Reports the failed step and waits for the owner to kill it (exiting would let the kernel
+// clear the word before the owner has read it).
+[[noreturn]] TEARDOWN_SHADOW_HELPER_CODE inline void helper_fail(helper_args* args, int step, long result) noexcept {
+  helper_publish(args, (step << 16) | static_cast<int>(-result & 0xffff));
+  for (;;) helper_syscall(SYS_ppoll, 0, 0, 0, 0, 0);  // no descriptors, no timeout
+}
+
+TEARDOWN_SHADOW_HELPER_CODE inline bool helper_parent_gone(const helper_args* args) noexcept {
+  return helper_syscall(SYS_getppid) != args->owner;
+}
+
+[[noreturn]] TEARDOWN_SHADOW_HELPER_CODE inline void helper_main(void* raw) noexcept {
+  auto* const args = static_cast<helper_args*>(raw);
+  long result = helper_syscall(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>(args->name));
+  if (result < 0) helper_fail(args, step_name, result);
+  result = helper_syscall(SYS_prctl, PR_SET_PDEATHSIG, parent_death_signal);
+  if (result < 0) helper_fail(args, step_parent_death, result);
+  // The death signal is only sent by deaths after the prctl: one before it shows here.
+  if (helper_parent_gone(args)) helper_exit();
+  (void)helper_syscall(SYS_chdir, reinterpret_cast<long>("/"));
+
+  const int keep = args->read_fd;
+  result = keep > 0 ? helper_syscall(sys_close_range, 0, keep - 1, 0) : 0;
+  if (result == 0) result = helper_syscall(sys_close_range, keep + 1, static_cast<long>(~0U), 0);
+  if (result == -ENOSYS) {
+    for (unsigned long fd = 0; fd < args->fd_limit; ++fd) {
+      if (fd != static_cast<unsigned long>(keep)) (void)helper_syscall(SYS_close, static_cast<long>(fd));
+    }
+  } else if (result < 0) {
+    helper_fail(args, step_close, result);
+  }
+
+  result = helper_syscall(SYS_setpriority, PRIO_PROCESS, 0, args->nice);
+  if (result < 0) helper_fail(args, step_nice, result);
+  if (args->sched_idle) {
+    const int priority = 0;  // struct sched_param
+    result = helper_syscall(SYS_sched_setscheduler, 0, SCHED_IDLE, reinterpret_cast<long>(&priority));
+    if (result < 0) helper_fail(args, step_policy, result);
+  }
+
+  std::uint64_t mask = std::uint64_t{1} << (parent_death_signal - 1);
+  const long signal_fd = helper_syscall(SYS_signalfd4, -1, reinterpret_cast<long>(&mask), sizeof mask,
+                                        SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signal_fd < 0) helper_fail(args, step_signalfd, signal_fd);
+
+  helper_publish(args, word_ready);
+  for (;;) {
+    pollfd fds[2];
+    fds[0].fd = keep;
+    fds[0].events = POLLIN;
+    fds[0].revents = 0;
+    fds[1].fd = static_cast<int>(signal_fd);
+    fds[1].events = POLLIN;
+    fds[1].revents = 0;
+    (void)helper_syscall(SYS_ppoll, reinterpret_cast<long>(fds), 2, 0, 0, 0);
+    if (fds[0].revents != 0) helper_exit();  // the write end closed: the program exited or exec'd
+    if (fds[1].revents != 0) {
+      unsigned char siginfo[128];  // one signalfd_siginfo
+      (void)helper_syscall(SYS_read, signal_fd, reinterpret_cast<long>(siginfo), sizeof siginfo);
+      if (helper_parent_gone(args)) helper_exit();
+    }
+  }
+}
+
+// clone() as a raw system call: returns the child's pid, or -errno. The child starts on
+// stack_top with no frame, calls helper_main(args) and never comes back here. Everything it
+// runs before helper_main is in this asm block: registers only, nothing on the owner's stack.
+inline long clone_helper(unsigned long flags, void* stack_top, int* clear_tid, helper_args* args) noexcept {
+  long result = SYS_clone;
+  void (*const entry)(void*) noexcept = &helper_main;
+  __asm__ volatile(
+      "mov %[clear_tid], %%r10\n\t"  // x86-64 order: flags, stack, parent_tid, child_tid, tls
+      "xor %%r8d, %%r8d\n\t"
+      "mov %[entry], %%r9\n\t"
+      "mov %[args], %%r12\n\t"
+      "syscall\n\t"
+      "test %%rax, %%rax\n\t"
+      "jnz 1f\n\t"
+      "xor %%ebp, %%ebp\n\t"  // the child: an empty frame chain on the new, 16-byte aligned stack
+      "mov %%r12, %%rdi\n\t"
+      "call *%%r9\n\t"
+      "ud2\n"
+      "1:"
+      : "+a"(result)
+      : "D"(flags), "S"(stack_top), "d"(0L), [clear_tid] "r"(clear_tid), [entry] "r"(entry), [args] "r"(args)
+      : "rcx", "r8", "r9", "r10", "r11", "r12", "memory", "cc");
+  return result;
+}
+
+// ---- the owner's side ---------------------------------------------------------------------
+
+struct shadow_state {
+  std::mutex mutex;                 // serializes enable, disable and the fork handlers
+  std::atomic<pid_t> owner{0};      // getpid() of the process the helper serves; 0: none
+  std::atomic<pid_t> pid{0};        // the helper; 0: none
+  // Under mutex:
+  int write_fd = -1;  // the pipe's write end, and what it is, so that a descriptor the program
+  dev_t write_dev = 0;  // reused after closing ours is never closed by mistake
+  ino_t write_ino = 0;
+  void* stack = nullptr;
+  std::size_t stack_bytes = 0;
+  bool fork_handlers = false;
+  helper_args args;
+};
+
+// Never destroyed in any way that matters: every member is trivially destructible, so the state
+// outlives static destruction and a fork handler can run at any time.
+inline constinit shadow_state state{};
+
+inline int read_word(shadow_state& s) noexcept {
+  return std::atomic_ref<int>(s.args.word).load(std::memory_order_acquire);
+}
+
+[[noreturn]] inline void throw_errno(int error, const std::string& what) {
+  throw std::system_error(error, std::generic_category(), "teardown::process::enable_shadow_teardown: " + what);
+}
+
+inline bool is_our_write_end(const shadow_state& s) noexcept {
+  struct stat st {};
+  return s.write_fd >= 0 && fstat(s.write_fd, &st) == 0 && st.st_dev == s.write_dev && st.st_ino == s.write_ino;
+}
+
+inline void reap(pid_t pid) noexcept {
+  int status = 0;
+  while (waitpid(pid, &status, __WCLONE) < 0 && errno == EINTR) {
+  }
+}
+
+// Closes what this process holds for a helper that is gone (reaped, or never ours: a raw-clone
+// child of the owner). Under the mutex.
+inline void forget_helper(shadow_state& s, bool unmap_stack) noexcept {
+  if (is_our_write_end(s)) close(s.write_fd);
+  if (unmap_stack && s.stack != nullptr) munmap(s.stack, s.stack_bytes);
+  s.write_fd = -1;
+  s.write_dev = 0;
+  s.write_ino = 0;
+  s.stack = nullptr;
+  s.stack_bytes = 0;
+  s.pid.store(0, std::memory_order_release);
+  s.owner.store(0, std::memory_order_release);
+}
+
+// Kills (when alive) and reaps this process's helper, then forgets it. Under the mutex.
+inline void retire_helper(shadow_state& s) noexcept {
+  const pid_t pid = s.pid.load(std::memory_order_relaxed);
+  if (s.owner.load(std::memory_order_relaxed) != getpid() || pid == 0) {
+    forget_helper(s, false);  // a copy inherited without the fork handlers: nothing of it is ours
+    return;
+  }
+  kill(pid, SIGKILL);
+  reap(pid);
+  forget_helper(s, true);
+}
+
+inline void register_fork_handlers(shadow_state& s) {
+  if (s.fork_handlers) return;
+  const int error = pthread_atfork([] { state.mutex.lock(); }, [] { state.mutex.unlock(); },
+                                   [] {
+                                     // The child's stack copy does not exist (MADV_DONTFORK); the
+                                     // helper is the parent's.
+                                     forget_helper(state, false);
+                                     std::atomic_ref<int>(state.args.word).store(word_exited, std::memory_order_relaxed);
+                                     state.mutex.unlock();
+                                   });
+  if (error != 0) throw_errno(error, "pthread_atfork");
+  s.fork_handlers = true;
+}
+
+// Creates the helper; on any failure throws with nothing left behind. Under the mutex.
+inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw_errno(errno, "pipe2");
+  int read_fd = fds[0];
+  int write_fd = fds[1];
+  auto close_pipe = [&] {
+    if (read_fd >= 0) close(read_fd);
+    if (write_fd >= 0) close(write_fd);
+  };
+  // Keep the write end off 0..2, which programs redirect with dup2 (and so would close it).
+  if (write_fd <= 2) {
+    const int moved = fcntl(write_fd, F_DUPFD_CLOEXEC, 3);
+    if (moved < 0) {
+      const int error = errno;
+      close_pipe();
+      throw_errno(error, "fcntl(F_DUPFD_CLOEXEC)");
+    }
+    close(write_fd);
+    write_fd = moved;
+  }
+  struct stat st {};
+  if (fstat(write_fd, &st) != 0) {
+    const int error = errno;
+    close_pipe();
+    throw_errno(error, "fstat");
+  }
+
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t usable = (options.stack_size + page - 1) / page * page;
+  const std::size_t bytes = usable + page;
+  void* const base = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    const int error = errno;
+    close_pipe();
+    throw_errno(error, "mmap (the helper's stack)");
+  }
+  auto* const low = static_cast<unsigned char*>(base);
+  if (mprotect(low + page, usable, PROT_READ | PROT_WRITE) != 0) {
+    const int error = errno;
+    munmap(base, bytes);
+    close_pipe();
+    throw_errno(error, "mprotect (the helper's stack)");
+  }
+  // A fork child must not inherit a copy: nothing there would use it. Advice only.
+  (void)madvise(base, bytes, MADV_DONTFORK);
+
+  rlimit files{};
+  const unsigned long fd_limit =
+      getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY ? files.rlim_cur : 1024 * 1024;
+  const pid_t self = getpid();
+  s.args.owner = self;
+  s.args.read_fd = read_fd;
+  s.args.nice = options.nice;
+  s.args.sched_idle = options.sched_idle;
+  s.args.fd_limit = fd_limit;
+  const std::size_t name_length = options.name.size() < 15 ? options.name.size() : 15;
+  for (std::size_t i = 0; i < sizeof s.args.name; ++i) s.args.name[i] = i < name_length ? options.name[i] : '\0';
+  std::atomic_ref<int>(s.args.word).store(word_starting, std::memory_order_relaxed);
+
+  // Every signal blocked across the clone, the two glibc keeps for itself included (which
+  // pthread_sigmask would leave out): the helper inherits this mask and keeps it.
+  const std::uint64_t all = ~std::uint64_t{0};
+  std::uint64_t previous = 0;
+  (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &previous, sizeof all);
+  const long cloned = clone_helper(CLONE_VM | CLONE_CHILD_CLEARTID, low + bytes, &s.args.word, &s.args);
+  (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &previous, nullptr, sizeof previous);
+  close(read_fd);  // the helper has its own copy
+  read_fd = -1;
+  if (cloned < 0) {
+    munmap(base, bytes);
+    close_pipe();
+    std::atomic_ref<int>(s.args.word).store(word_exited, std::memory_order_relaxed);
+    throw_errno(static_cast<int>(-cloned), "clone(CLONE_VM)");
+  }
+  const auto pid = static_cast<pid_t>(cloned);
+
+  // Wait for the report. The bound only guards against a helper stopped before it reported.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  int word = read_word(s);
+  while (word == word_starting) {
+    const auto left = give_up - std::chrono::steady_clock::now();
+    if (left <= std::chrono::nanoseconds::zero()) break;
+    const auto slice = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        left < std::chrono::seconds(1) ? left : std::chrono::nanoseconds(std::chrono::seconds(1)));
+    timespec timeout{static_cast<time_t>(slice.count() / 1'000'000'000), static_cast<long>(slice.count() % 1'000'000'000)};
+    (void)syscall(SYS_futex, &s.args.word, FUTEX_WAIT, word_starting, &timeout, nullptr, 0);
+    word = read_word(s);
+  }
+  if (word == word_ready) {
+    s.write_fd = write_fd;
+    s.write_dev = st.st_dev;
+    s.write_ino = st.st_ino;
+    s.stack = base;
+    s.stack_bytes = bytes;
+    s.pid.store(pid, std::memory_order_release);
+    s.owner.store(self, std::memory_order_release);
+    return pid;
+  }
+  kill(pid, SIGKILL);
+  reap(pid);
+  munmap(base, bytes);
+  close_pipe();
+  std::atomic_ref<int>(s.args.word).store(word_exited, std::memory_order_relaxed);
+  if (word == word_starting) throw_errno(ETIMEDOUT, "the helper did not report within 30 s");
+  if (word == word_exited) throw_errno(ECHILD, "the helper died while it was being set up");
+  throw_errno(word & 0xffff, std::string("the helper's ") + step_description(word >> 16) + " failed");
+}
+
+#endif  // TEARDOWN_SHADOW_SUPPORTED
+
+}  // namespace detail
+
+inline pid_t enable_shadow_teardown(const shadow_options& options) {
+  detail::check_shadow_options(options);
+#if TEARDOWN_SHADOW_SUPPORTED
+  detail::shadow_state& s = detail::state;
+  const std::lock_guard lock(s.mutex);
+  detail::register_fork_handlers(s);
+  if (s.owner.load(std::memory_order_relaxed) == getpid() && s.pid.load(std::memory_order_relaxed) != 0 &&
+      detail::read_word(s) == detail::word_ready) {
+    return s.pid.load(std::memory_order_relaxed);
+  }
+  detail::retire_helper(s);  // a dead one, or one inherited without the fork handlers
+  return detail::start_helper(s, options);
+#else
+  throw std::system_error(ENOSYS, std::generic_category(),
+                          "teardown::process::enable_shadow_teardown: not implemented on this platform "
+                          "(Linux on x86-64 only)");
+#endif
+}
+
+inline void disable_shadow_teardown() noexcept {
+#if TEARDOWN_SHADOW_SUPPORTED
+  detail::shadow_state& s = detail::state;
+  const std::lock_guard lock(s.mutex);
+  detail::retire_helper(s);
+#endif
+}
+
+inline bool shadow_teardown_enabled() noexcept { return shadow_pid() != 0; }
+
+inline pid_t shadow_pid() noexcept {
+#if TEARDOWN_SHADOW_SUPPORTED
+  detail::shadow_state& s = detail::state;
+  if (s.owner.load(std::memory_order_acquire) != getpid()) return 0;
+  const pid_t pid = s.pid.load(std::memory_order_acquire);
+  return pid != 0 && detail::read_word(s) == detail::word_ready ? pid : 0;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace teardown::process
