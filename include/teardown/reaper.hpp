@@ -42,6 +42,23 @@
 // Control requests (flush, freeze, stop) travel under a mutex; a relaxed flag tells the worker
 // to look, and a kick wakes it.
 //
+// The queue. reaper<T, Hook, Fn, Queue> feeds its worker through a Queue, llist<T, Hook> by
+// default; sharded_llist<T, Hook> gives many-core producers a head each. Any type with llist's
+// add / add_batch / del_all / empty and their meanings fits (the reaper_queue concept below):
+// the wake-up argument above needs only that add returns true for an add that the consumer's
+// next del_all might otherwise miss (llist: the empty -> non-empty transition; sharded_llist:
+// its was-empty signal), and that every del_all call takes each node it sees exactly once.
+//
+// In a pool (reaper_pool.hpp) a worker has two more steps, both on the worker and both off
+// for a reaper on its own: when its own queue is empty it asks the pool for part of a sibling's
+// queue (a steal) before it spins and sleeps, and when items are slow (the last one took at
+// least the pool's steal_after) and a sibling is idle, it lends the rest of its batch:
+// everything but the item it is about to run goes back on its own queue, as a freeze hands it
+// back, and the pool kicks the idle siblings to steal it. A flush ticket is not completed by a pass
+// that lent (the lent items are not done), and while a ticket is pending a worker lends at most
+// once, so a flush still waits for a bounded number of passes. Stolen items run on the thief
+// and are counted in its reaped (and in stolen); they were counted as enqueued by the victim.
+//
 // Fork: pthread_atfork handlers park every live worker between items across fork(); the parent
 // resumes. In the child the worker does not exist: the reaper turns into its stopped form —
 // enqueue tears down inline, and what was queued (or held by the parked worker) at fork time is
@@ -124,7 +141,23 @@ struct reaper_stats {
   std::uint64_t longest_wait_ns = 0;  // longest time from a batch's first enqueue to its take
   std::uint32_t setup_warnings = 0;   // setup_warning bits
   bool running = false;               // a worker thread exists
+  std::uint64_t stolen = 0;           // items this worker took from its siblings' queues (in a
+                                      // reaper_pool; counted in reaped here, in enqueued there)
 };
+
+/// What a reaper needs of its queue: llist's add, add_batch, del_all and empty, with their
+/// meanings (see "The queue" in the header comment). Default-constructed by the reaper.
+template <class Queue, class T, llist_node T::*Hook>
+concept reaper_queue = std::default_initializable<Queue> && requires(Queue& queue, const Queue& view, T& item,
+                                                                     llist_chain<T, Hook>&& chain) {
+  { queue.add(item) } -> std::same_as<bool>;
+  { queue.add_batch(std::move(chain)) } -> std::same_as<bool>;
+  { queue.del_all() } -> std::same_as<llist_batch<T, Hook>>;
+  { view.empty() } -> std::same_as<bool>;
+};
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+class reaper_pool;
 
 /// Optional CPU accounting (RFC open question 3): if `teardown_cpu_owner(item)` is found by
 /// argument-dependent lookup and returns std::atomic<std::uint64_t>*, the CPU nanoseconds fn
@@ -268,13 +301,40 @@ class fork_registry {
 
 }  // namespace detail
 
-template <class T, llist_node T::*Hook, class Fn>
+template <class T, llist_node T::*Hook, class Fn, class Queue = llist<T, Hook>>
 class reaper final : private detail::fork_participant {
   static_assert(std::is_invocable_v<Fn&, T&>, "reaper: fn must be callable as fn(T&)");
+  static_assert(reaper_queue<Queue, T, Hook>,
+                "reaper: Queue needs llist's bool add(T&), bool add_batch(llist_chain&&), "
+                "llist_batch del_all() and bool empty() const, and a default constructor");
+
+  template <class U, llist_node U::*H, class F, class Q>
+  friend class reaper_pool;
+
+  // A pool's hooks into its worker (see "In a pool" in the header comment); all null for a
+  // reaper on its own. Set before the worker starts and never changed; both run on the worker.
+  struct pool_link {
+    void* pool = nullptr;
+    std::size_t index = 0;  // this worker's index in the pool
+    // Called when the worker's own queue is empty: a batch taken from a sibling (newest
+    // first), its size in `taken`.
+    llist_batch<T, Hook> (*steal)(void* pool, std::size_t thief, std::size_t& taken) noexcept = nullptr;
+    // Called when the last item took at least lend_after_ns and more are in flight: if some
+    // sibling is idle, the pool calls hand_back_in_flight() on this worker, kicks siblings to
+    // steal, and returns true.
+    bool (*lend)(void* pool, std::size_t lender) noexcept = nullptr;
+    std::uint64_t lend_after_ns = 0;
+  };
 
  public:
+  using queue_type = Queue;
+
   /// Starts the worker. Throws std::system_error if the thread cannot be created.
-  explicit reaper(Fn fn, reaper_options opts = {}) : fn_(std::move(fn)), opts_(std::move(opts)) {
+  explicit reaper(Fn fn, reaper_options opts = {}) : reaper(std::move(fn), std::move(opts), pool_link{}) {}
+
+ private:
+  // reaper_pool's constructor: a worker wired to its pool.
+  reaper(Fn fn, reaper_options opts, pool_link link) : fn_(std::move(fn)), opts_(std::move(opts)), link_(link) {
     {
       const std::lock_guard lock(control_mutex_);
       worker_running_ = true;
@@ -286,6 +346,7 @@ class reaper final : private detail::fork_participant {
     }
   }
 
+ public:
   reaper(const reaper&) = delete;
   reaper& operator=(const reaper&) = delete;
 
@@ -296,18 +357,7 @@ class reaper final : private detail::fork_participant {
   }
 
   /// Lock-free; see the header comment. fn's exceptions on the inline path go to on_error.
-  void enqueue(T& item) noexcept {
-    enqueued_.add();
-    // acquire: pairs with the worker's STOPPED exchange, so the inline path below sees the
-    // queue as the worker left it.
-    if (state_.load(std::memory_order_acquire) & stopped_bit) {
-      tear_down_inline(item);
-      drain_inline();  // anything still queued from before (a fork child, a race with stop)
-      return;
-    }
-    if (!queue_.add(item)) return;  // not the first: the kick of the first covers this item
-    kick_after_first_add();
-  }
+  void enqueue(T& item) noexcept { (void)enqueue_item<false>(item); }
 
   /// enqueue() for a whole chain at once: one successful CAS (llist::add_batch) and at most one
   /// kick, however long the chain. Lock-free; leaves the chain empty; O(n) to count it. The
@@ -330,6 +380,26 @@ class reaper final : private detail::fork_participant {
   void flush() { (void)flush_until(std::chrono::steady_clock::time_point::max()); }
 
  private:
+  // enqueue(). With ReportBacklog (a pool's enqueue), an add that found the queue non-empty
+  // returns the time the add that made it non-empty took (0 if unknown); otherwise returns 0.
+  template <bool ReportBacklog>
+  std::uint64_t enqueue_item(T& item) noexcept {
+    enqueued_.add();
+    // acquire: pairs with the worker's STOPPED exchange, so the inline path below sees the
+    // queue as the worker left it.
+    if (state_.load(std::memory_order_acquire) & stopped_bit) {
+      tear_down_inline(item);
+      drain_inline();  // anything still queued from before (a fork child, a race with stop)
+      return 0;
+    }
+    if (!queue_.add(item)) {  // not the first: the kick of the first covers this item
+      if constexpr (ReportBacklog) return oldest_enqueue_ns_.load(std::memory_order_relaxed);
+      return 0;
+    }
+    kick_after_first_add();
+    return 0;
+  }
+
   // After an add that found the queue empty: wake the worker if it sleeps.
   void kick_after_first_add() noexcept {
     oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
@@ -471,6 +541,7 @@ class reaper final : private detail::fork_participant {
     s.longest_wait_ns = longest_wait_ns_.load(std::memory_order_relaxed);
     s.setup_warnings = setup_warnings_.load(std::memory_order_relaxed);
     s.running = (state_.load(std::memory_order_relaxed) & stopped_bit) == 0;
+    s.stolen = stolen_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -504,18 +575,33 @@ class reaper final : private detail::fork_participant {
     worker_thread_ = pthread_self();
     worker_known_.store(true, std::memory_order_release);  // pairs with the acquire in on_worker
     apply_setup();
-    std::uint64_t flush_target = 0;
     for (;;) {
       if (control_requested_.load(std::memory_order_relaxed)) {
-        if (!take_control_requests(flush_target)) break;
+        if (!take_control_requests(flush_target_)) break;
       }
       in_flight_ = queue_.del_all();
+      // In a pool, an empty queue means: help a sibling first. A steal here, between taking
+      // this pass's ticket and completing it, runs before any ticket requested after it.
+      if (in_flight_.empty() && link_.steal != nullptr) {
+        std::size_t taken = 0;
+        in_flight_ = link_.steal(link_.pool, link_.index, taken);
+        if (taken != 0) stolen_.fetch_add(taken, std::memory_order_relaxed);
+      }
       const bool took = !in_flight_.empty();
-      if (took) run_in_flight();
-      // A batch a freeze handed back is not done: its flush waits for the pass that takes it again.
+      if (took) {
+        if (link_.lend != nullptr) set_idle(false);
+        run_in_flight();
+      }
+      // A batch a freeze handed back (or a pool worker lent) is not done: its flush waits for
+      // the pass that takes it again.
       const bool handed_back = std::exchange(handed_back_, false);
-      if (flush_target != 0 && !handed_back) complete_flush(std::exchange(flush_target, 0));
-      if (took || spin_found_work()) continue;
+      if (flush_target_ != 0 && !handed_back) {
+        complete_flush(std::exchange(flush_target_, 0));
+        lent_for_flush_ = false;
+      }
+      if (took) continue;
+      if (link_.lend != nullptr) set_idle(true);  // a lending sibling may now wake this one
+      if (spin_found_work()) continue;
       sleep_until_kicked();
     }
     // Stop: announce STOPPED first, then drain. A producer whose kick comes after the exchange
@@ -568,14 +654,46 @@ class reaper final : private detail::fork_participant {
       }
     }
     if (opts_.order == drain_order::oldest_first) in_flight_ = std::move(in_flight_).reverse();
-    while (T* item = in_flight_.pop_front()) {
+    if (link_.lend == nullptr) {
+      while (T* item = in_flight_.pop_front()) {
+        tear_down(*item, /*on_worker=*/true);
+        checkpoint();
+      }
+      return;
+    }
+    // In a pool: time each item, and before each one consider lending the rest (the item about
+    // to run is already off in_flight_, so a lend keeps it).
+    std::uint64_t started = detail::monotonic_ns();
+    T* item = in_flight_.pop_front();
+    while (item != nullptr) {
+      consider_lending();
       tear_down(*item, /*on_worker=*/true);
-      checkpoint();
+      const std::uint64_t now = detail::monotonic_ns();
+      last_item_ns_ = now - started;
+      started = checkpoint() ? detail::monotonic_ns() : now;  // a park is not the next item's time
+      item = in_flight_.pop_front();
     }
   }
 
-  // Between items: honour a freeze, and yield if the yield policy says so.
-  void checkpoint() noexcept {
+  // In a pool: "my last pass found nothing to run, here or at a sibling" (spinning or asleep).
+  // Written only on a change; read by lending siblings as a hint.
+  void set_idle(bool idle) noexcept {
+    if (idle_.load(std::memory_order_relaxed) != idle) idle_.store(idle, std::memory_order_relaxed);
+  }
+
+  // In a pool, before running an item: if items are slow, lend the rest of the batch to idle
+  // siblings (the pool decides, and calls hand_back_in_flight). A pending flush ticket lets a
+  // worker lend once: the next pass takes everything and completes it.
+  void consider_lending() noexcept {
+    if (in_flight_.empty() || last_item_ns_ < link_.lend_after_ns) return;
+    if (flush_target_ != 0 && lent_for_flush_) return;
+    if (!link_.lend(link_.pool, link_.index)) return;
+    if (flush_target_ != 0) lent_for_flush_ = true;
+  }
+
+  // Between items: honour a freeze, and yield if the yield policy says so. True if it looked at
+  // the control requests (and may have parked).
+  bool checkpoint() noexcept {
     if (opts_.yield_after.count() > 0) {
       const std::uint64_t now = detail::monotonic_ns();
       if (now - last_yield_ns_ > static_cast<std::uint64_t>(opts_.yield_after.count())) {
@@ -585,20 +703,25 @@ class reaper final : private detail::fork_participant {
     }
     if (control_requested_.load(std::memory_order_relaxed)) {
       std::unique_lock lock(control_mutex_);
-      if (freeze_depth_ > 0 && !stop_requested_) hand_back_in_flight();
+      if (freeze_depth_ > 0 && !stop_requested_) (void)hand_back_in_flight();
       park_while_frozen(lock);
+      return true;
     }
+    return false;
   }
 
   // A freeze in the middle of a batch: the rest of the batch goes back on the queue, under (older
   // than) whatever was queued meanwhile, so that reap_on_caller reaches every item the frozen
   // worker has not started (a drain under memory pressure finds nothing stuck behind a freeze:
   // seed 003's thawing of an OOM victim, for the queue). The worker takes them again after thaw.
-  // A producer racing the hand-back may land under them: an order slip, nothing lost.
-  void hand_back_in_flight() noexcept {
-    if (in_flight_.empty()) return;
+  // A producer racing the hand-back may land under them: an order slip, nothing lost. A pool
+  // worker lends the rest of its batch the same way. Worker only; returns how many went back.
+  std::size_t hand_back_in_flight() noexcept {
+    if (in_flight_.empty()) return 0;
+    std::size_t count = 0;
     llist_chain<T, Hook> rest;  // front = newest, as on the queue
     while (T* item = in_flight_.pop_front()) {
+      ++count;
       if (opts_.order == drain_order::oldest_first) {
         rest.push_front(*item);  // in_flight_ ran oldest first
       } else {
@@ -615,6 +738,7 @@ class reaper final : private detail::fork_participant {
     std::uint64_t unset = 0;
     (void)oldest_enqueue_ns_.compare_exchange_strong(unset, detail::monotonic_ns(), std::memory_order_relaxed);
     handed_back_ = true;
+    return count;
   }
 
   void park_while_frozen(std::unique_lock<std::mutex>& lock) noexcept {
@@ -752,8 +876,24 @@ class reaper final : private detail::fork_participant {
 
   bool flush_until(std::chrono::steady_clock::time_point deadline) {
     refuse_on_worker("flush");
+    return await_flush(request_flush(), deadline);
+  }
+
+  // A flush in two steps, so that a pool can ask every worker before it waits for any. The
+  // ticket: 0 when the reaper is stopped or stopping (the stop drains everything).
+  std::uint64_t request_flush() noexcept {
     std::unique_lock lock(control_mutex_);
-    if (!worker_running_ || stop_requested_) {
+    if (!worker_running_ || stop_requested_) return 0;
+    const std::uint64_t ticket = ++flush_requested_;
+    request_locked();
+    lock.unlock();
+    kick();
+    return ticket;
+  }
+
+  bool await_flush(std::uint64_t ticket, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(control_mutex_);
+    if (ticket == 0) {
       // Stopped, or stopping: the stop drains everything; wait for it, then take what raced it.
       const auto gone = [&] { return !worker_running_ && caller_reaps_ == 0; };
       bool done = true;
@@ -766,11 +906,6 @@ class reaper final : private detail::fork_participant {
       if (done) drain_inline();
       return done;
     }
-    const std::uint64_t ticket = ++flush_requested_;
-    request_locked();
-    lock.unlock();
-    kick();
-    lock.lock();
     const auto done = [&] { return (flush_completed_ >= ticket && caller_reaps_ == 0) || !worker_running_; };
     if (deadline == std::chrono::steady_clock::time_point::max()) {
       control_changed_.wait(lock, done);
@@ -857,8 +992,10 @@ class reaper final : private detail::fork_participant {
   std::atomic<bool> worker_exited_{false};
   std::atomic<std::uint32_t> setup_warnings_{0};
 
+  const pool_link link_;
+
   // Written by producers (and by the worker when it sleeps and wakes).
-  alignas(64) llist<T, Hook> queue_;
+  alignas(64) Queue queue_;
   std::atomic<std::uint32_t> state_{0};  // sleeping_bit | kicked_bit | stopped_bit; RMWs only,
                                          // except single-threaded stores in a fork child
   std::atomic<std::uint64_t> oldest_enqueue_ns_{0};
@@ -867,7 +1004,12 @@ class reaper final : private detail::fork_participant {
   // Written by the worker for every item (and by the fork child handler, single-threaded).
   alignas(64) llist_batch<T, Hook> in_flight_;
   std::uint64_t last_yield_ns_ = 0;
-  bool handed_back_ = false;  // a freeze handed the batch back (worker only)
+  bool handed_back_ = false;  // a freeze handed the batch back, or a pool worker lent it (worker only)
+  std::uint64_t flush_target_ = 0;  // the ticket this pass completes, 0 if none (worker only)
+  bool lent_for_flush_ = false;     // this pass's ticket already waited for a lend (worker only)
+  std::uint64_t last_item_ns_ = 0;  // how long the last item took; measured in a pool only
+  std::atomic<std::uint64_t> stolen_{0};
+  std::atomic<bool> idle_{false};  // see set_idle
   std::atomic<std::uint64_t> reaped_{0};  // also by callers tearing down inline
   std::atomic<std::uint64_t> batches_{0};
   std::atomic<std::uint64_t> worker_cpu_ns_{0};

@@ -9,6 +9,7 @@
 #include "teardown/deferred.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
+#include "teardown/reaper_pool.hpp"
 #include "teardown/sharded_llist.hpp"
 #include "teardown/static_key.hpp"
 #include "teardown/trace.hpp"
