@@ -95,13 +95,11 @@
 //      any row           [skipped] (the reason; a skipped row may lack its measurements),
 //                        [seed] {"source", the seed's figures under our keys, "measure"}]}
 #include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -110,7 +108,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -133,8 +130,17 @@
 #include "teardown/model/mm.hpp"
 
 #include "machine_info.hpp"
+#include "macro_support.hpp"
 
 namespace {
+
+using teardown_bench::json_object;
+using teardown_bench::ms_between;
+using teardown_bench::progress;
+using teardown_bench::strprintf;
+using teardown_bench::summarize;
+using teardown_bench::summary;
+using teardown_bench::thread_cpu_ms;
 
 using clock_type = std::chrono::steady_clock;
 using teardown::model::backing;
@@ -146,35 +152,6 @@ constexpr double kMiB = 1024.0 * 1024.0;
 constexpr int kTeardownsPerCpuWindow = 5;
 constexpr double kBelowThresholdMiB = 30;
 constexpr const char* kSeedSource = "seed 000 cover letter, bare metal 32 CPUs";
-
-double ms_between(clock_type::time_point from, clock_type::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-double thread_cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
-void progress(const char* format, ...) __attribute__((format(printf, 1, 2)));
-void progress(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  std::vfprintf(stderr, format, args);
-  va_end(args);
-  std::fflush(stderr);
-}
-
-std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string strprintf(const char* fmt, ...) {
-  char buffer[512];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buffer, sizeof buffer, fmt, args);
-  va_end(args);
-  return buffer;
-}
 
 // ---- options --------------------------------------------------------------------------------
 
@@ -215,63 +192,13 @@ constexpr const char* kUsage =
     "                      below-reps 5, drain-backlog 1, cpu-size 0.25 (other flags override)\n"
     "  --rows LIST         run only these row kinds\n";
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "exit_matrix: %s\n%s", message.c_str(), kUsage);
-  std::exit(2);
-}
-
-double parse_positive(std::string_view flag, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0 || !(value > 0) || !std::isfinite(value)) {
-    usage_error(std::string(flag) + ": \"" + text + "\" is not a positive number");
-  }
-  return value;
-}
-
-int parse_count(std::string_view flag, const std::string& text) {
-  const double value = parse_positive(flag, text);
-  if (value != std::floor(value) || value > 100000) usage_error(std::string(flag) + ": \"" + text + "\" is not a count");
-  return static_cast<int>(value);
-}
-
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = list.find(',', start);
-    parts.push_back(list.substr(start, comma - start));
-    if (comma == std::string::npos) return parts;
-    start = comma + 1;
-  }
-}
+constexpr teardown_bench::command_line kCommandLine{"exit_matrix", kUsage};
 
 options parse_options(int argc, char** argv) {
   // Explicit flags win over --quick whatever their order: gather them first, apply after.
   options opts;
-  std::vector<std::pair<std::string, std::string>> flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg == "--quick") {
-      opts.quick = true;
-      continue;
-    }
-    std::string name = arg;
-    std::string value;
-    if (const std::size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else {
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      value = argv[++i];
-    }
-    flags.emplace_back(name, value);
-  }
+  const teardown_bench::command_line::given given = kCommandLine.parse(argc, argv, {"--quick"});
+  opts.quick = given.has("--quick");
   if (opts.quick) {
     opts.reps = 1;
     opts.below_reps = 5;
@@ -281,38 +208,38 @@ options parse_options(int argc, char** argv) {
     opts.drain_backlog_gib = 1;
     opts.cpu_size_gib = 0.25;
   }
-  for (const auto& [name, value] : flags) {
+  for (const auto& [name, value] : given.flags) {
     if (name == "--out") {
       opts.out = value;
     } else if (name == "--reps") {
-      opts.reps = parse_count(name, value);
+      opts.reps = kCommandLine.count(name, value);
     } else if (name == "--below-reps") {
-      opts.below_reps = parse_count(name, value);
+      opts.below_reps = kCommandLine.count(name, value);
     } else if (name == "--sizes") {
       opts.sizes_gib.clear();
-      for (const std::string& part : split(value)) opts.sizes_gib.push_back(parse_positive(name, part));
+      for (const std::string& part : teardown_bench::split_list(value)) opts.sizes_gib.push_back(kCommandLine.positive(name, part));
     } else if (name == "--m") {
       opts.m.clear();
-      for (const std::string& part : split(value)) opts.m.push_back(parse_count(name, part));
+      for (const std::string& part : teardown_bench::split_list(value)) opts.m.push_back(kCommandLine.count(name, part));
     } else if (name == "--each") {
-      opts.each_gib = parse_positive(name, value);
+      opts.each_gib = kCommandLine.positive(name, value);
     } else if (name == "--drain-backlog") {
-      opts.drain_backlog_gib = parse_positive(name, value);
+      opts.drain_backlog_gib = kCommandLine.positive(name, value);
     } else if (name == "--cpu-size") {
-      opts.cpu_size_gib = parse_positive(name, value);
+      opts.cpu_size_gib = kCommandLine.positive(name, value);
     } else if (name == "--mem-fraction") {
-      opts.mem_fraction = parse_positive(name, value);
-      if (opts.mem_fraction > 0.95) usage_error("--mem-fraction: at most 0.95");
+      opts.mem_fraction = kCommandLine.positive(name, value);
+      if (opts.mem_fraction > 0.95) kCommandLine.usage_error("--mem-fraction: at most 0.95");
     } else if (name == "--rows") {
       opts.rows.clear();
-      for (const std::string& part : split(value)) {
+      for (const std::string& part : teardown_bench::split_list(value)) {
         if (std::find(std::begin(kRowKinds), std::end(kRowKinds), part) == std::end(kRowKinds)) {
-          usage_error("--rows: unknown row kind \"" + part + "\"");
+          kCommandLine.usage_error("--rows: unknown row kind \"" + part + "\"");
         }
         opts.rows.push_back(part);
       }
     } else {
-      usage_error("unknown flag " + name);
+      kCommandLine.usage_error("unknown flag " + name);
     }
   }
   return opts;
@@ -386,88 +313,6 @@ class memory_gauge {
   mutable std::string buffer_;
 };
 
-// ---- summaries and JSON -----------------------------------------------------------------------
-
-struct summary {
-  double median = NAN;
-  double min = NAN;
-  double max = NAN;
-};
-
-summary summarize(std::vector<double> samples) {
-  summary s;
-  if (samples.empty()) return s;
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  s.median = n % 2 == 1 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
-  s.min = samples.front();
-  s.max = samples.back();
-  return s;
-}
-
-// An object whose fields keep their insertion order; values are held as JSON text.
-class json_object {
- public:
-  json_object& set(std::string key, double value) { return raw(std::move(key), number(value)); }
-  json_object& set(std::string key, int value) { return raw(std::move(key), std::to_string(value)); }
-  json_object& set(std::string key, std::uint64_t value) { return raw(std::move(key), std::to_string(value)); }
-  json_object& set(std::string key, bool value) { return raw(std::move(key), value ? "true" : "false"); }
-  json_object& set(std::string key, const char* value) { return raw(std::move(key), quoted(value)); }
-  json_object& set(std::string key, const std::string& value) { return raw(std::move(key), quoted(value)); }
-  json_object& set(std::string key, const json_object& value) { return raw(std::move(key), value.str()); }
-  json_object& set(std::string key, const summary& s) {
-    return set(std::move(key), json_object().set("median", s.median).set("min", s.min).set("max", s.max));
-  }
-
-  // Moves the field to the end, if there is one.
-  void move_to_end(std::string_view key) {
-    std::stable_partition(fields_.begin(), fields_.end(), [&](const auto& field) { return field.first != key; });
-  }
-
-  std::string str() const {
-    std::string out = "{";
-    for (std::size_t i = 0; i < fields_.size(); ++i) {
-      if (i != 0) out += ", ";
-      out += quoted(fields_[i].first) + ": " + fields_[i].second;
-    }
-    return out + "}";
-  }
-
- private:
-  json_object& raw(std::string key, std::string json) {
-    fields_.emplace_back(std::move(key), std::move(json));
-    return *this;
-  }
-
-  static std::string number(double value) {
-    if (!std::isfinite(value)) return "null";
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.6g", value);
-    return buffer;
-  }
-
-  static std::string quoted(std::string_view text) {
-    std::string out = "\"";
-    for (const char c : text) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        char escape[8];
-        std::snprintf(escape, sizeof escape, "\\u%04x", static_cast<unsigned>(c));
-        out += escape;
-      } else {
-        out += c;
-      }
-    }
-    return out + "\"";
-  }
-
-  std::vector<std::pair<std::string, std::string>> fields_;
-};
-
-json_object seed_object() { return json_object().set("source", kSeedSource); }
-
 // The three kernels a row compares (see the header comment).
 enum class mode { off, on, compiled_out };
 
@@ -481,6 +326,8 @@ const char* name_of(mode m) {
 }
 
 // ---- the seed's figures -----------------------------------------------------------------------
+
+json_object seed_object() { return json_object().set("source", kSeedSource); }
 
 // kill, async off -> on, and the CONFIG=n control (ms); memory back: the single-rep
 // nr_free_pages watcher readings the letter gives for 16GB.
@@ -570,16 +417,14 @@ class matrix {
   }
 
   json_object machine(std::uint64_t available_at_start) const {
-    utsname uts{};
-    uname(&uts);
     return json_object()
         .set("cpus", static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))
         .set("mem_total_gib", static_cast<double>(mem_.total_bytes()) / kGiB)
         .set("mem_available_gib", static_cast<double>(available_at_start) / kGiB)
         .set("page_size", static_cast<int>(on_off_kernel::page_size()))
-        .set("cpu_model", cpu_model())
-        .set("kernel", std::string(uts.release))
-        .set("load_average_1m", load_average());
+        .set("cpu_model", teardown_bench::cpu_model())
+        .set("kernel", teardown_bench::kernel_release())
+        .set("load_average_1m", teardown_bench::load_average_1m());
   }
 
   json_object config() const {
@@ -608,14 +453,6 @@ class matrix {
 
  private:
   // ---- helpers ----
-
-  static std::string cpu_model() { return teardown_bench::cpu_model(); }
-
-  // Other work on the machine stretches the nice-19 reaper's share of a CPU: worth recording.
-  static double load_average() {
-    double load[1] = {NAN};
-    return getloadavg(load, 1) == 1 ? load[0] : NAN;
-  }
 
   // The reason a row that populates `bytes` at once may not run, or nullopt if it fits.
   std::optional<std::string> over_memory_rule(double bytes) const {
@@ -1314,16 +1151,8 @@ matrix::shadow_sample matrix::shadow_run(double bytes, bool with_shadow) {
   children.hold(child);
 
   // The child's report, within a bound that allows a slow populate.
-  child_report report;
-  pollfd ready{pipe_fds[0], POLLIN, 0};
   const int timeout_ms = 30'000 + static_cast<int>(10'000 * bytes / kGiB);
-  int polled;
-  while ((polled = poll(&ready, 1, timeout_ms)) < 0 && errno == EINTR) {
-  }
-  const ssize_t got = polled == 1 ? read(pipe_fds[0], &report, sizeof report) : -1;
-  close(pipe_fds[0]);
-  if (polled == 0) throw std::runtime_error(strprintf("the child did not populate within %d s", timeout_ms / 1000));
-  if (got != static_cast<ssize_t>(sizeof report)) throw std::runtime_error("the child died before it reported");
+  const auto report = teardown_bench::read_child_report<child_report>(pipe_fds[0], timeout_ms, "the child");
   if (report.shadow > 0) children.hold(report.shadow);
   if (report.error != 0) {
     throw std::system_error(report.error, std::generic_category(), report.step == 1 ? "child: mmap" : "child: clone(CLONE_VM)");
@@ -1363,26 +1192,11 @@ int main(int argc, char** argv) {
     const auto start = clock_type::now();
     bench.run();
 
-    std::string json = "{\n  \"benchmark\": \"exit_matrix\",\n";
-    json += "  \"machine\": " + machine.str() + ",\n";
-    json += "  \"config\": " + config.str() + ",\n";
-    json += "  \"rows\": [";
-    for (std::size_t i = 0; i < bench.rows().size(); ++i) {
-      json += (i == 0 ? "\n    " : ",\n    ") + bench.rows()[i].str();
-    }
-    json += "\n  ]\n}\n";
+    const std::string json = teardown_bench::rows_document("exit_matrix", machine, config, bench.rows());
 
     print_table(bench.table());
     std::fprintf(stderr, "total %.1f s\n", ms_between(start, clock_type::now()) / 1e3);
-    if (opts.out.empty()) {
-      std::fputs(json.c_str(), stdout);
-    } else {
-      std::FILE* out = std::fopen(opts.out.c_str(), "w");
-      if (out == nullptr || std::fputs(json.c_str(), out) < 0 || std::fclose(out) != 0) {
-        std::fprintf(stderr, "exit_matrix: cannot write %s: %s\n", opts.out.c_str(), std::strerror(errno));
-        return 1;
-      }
-    }
+    if (!teardown_bench::write_document("exit_matrix", opts.out, json)) return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "exit_matrix: %s\n", e.what());
     return 1;

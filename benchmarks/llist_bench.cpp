@@ -169,10 +169,12 @@ class alignas(64) node_pool {
 // ---- The cases. Each has push(node) (or push() for the limit) and take_all(), which takes
 // ---- everything, hands every node back, and returns whether it found anything.
 
-template <class Atomics>
-struct alignas(64) llist_case {
+// A list with add() and del_all(): llist, or sharded_llist, on which each producer thread adds
+// to its own shard.
+template <class List>
+struct alignas(64) intrusive_list_case {
   static constexpr bool uses_nodes = true;
-  explicit llist_case(std::size_t /*capacity*/) {}
+  explicit intrusive_list_case(std::size_t /*capacity*/) {}
 
   void push(bench_node& n) noexcept { (void)list.add(n); }
   bool take_all() noexcept {
@@ -183,25 +185,14 @@ struct alignas(64) llist_case {
     return true;
   }
 
-  teardown::llist<bench_node, &bench_node::hook, Atomics> list;
+  List list;
 };
 
-// The same as llist_case on the sharded list: each producer thread adds to its own shard.
 template <class Atomics>
-struct alignas(64) sharded_llist_case {
-  static constexpr bool uses_nodes = true;
-  explicit sharded_llist_case(std::size_t /*capacity*/) {}
+using llist_case = intrusive_list_case<teardown::llist<bench_node, &bench_node::hook, Atomics>>;
 
-  void push(bench_node& n) noexcept { (void)list.add(n); }
-  bool take_all() noexcept {
-    auto batch = list.del_all();
-    if (batch.empty()) return false;
-    for (bench_node& n : batch) hand_back(n);
-    return true;
-  }
-
-  teardown::sharded_llist<bench_node, &bench_node::hook, Atomics> list;
-};
+template <class Atomics>
+using sharded_llist_case = intrusive_list_case<teardown::sharded_llist<bench_node, &bench_node::hook, Atomics>>;
 
 struct alignas(64) fetch_add_limit {
   static constexpr bool uses_nodes = false;

@@ -1,9 +1,16 @@
-// What machine a macro benchmark ran on, read from /proc: shared by exit_matrix, rfc_questions
-// and oom_reap_bench, which record it beside their figures.
+// What machine a macro benchmark ran on, read from /proc and uname: shared by exit_matrix,
+// pool_bench, process_bench, rfc_questions and oom_reap_bench, which record it beside their
+// figures.
 #pragma once
 
+#include <sys/utsname.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 namespace teardown_bench {
 
@@ -28,6 +35,30 @@ inline std::string cpu_model() {
     }
   }
   return "unknown";
+}
+
+// The running kernel's release (uname -r).
+inline std::string kernel_release() {
+  utsname uts{};
+  uname(&uts);
+  return uts.release;
+}
+
+// The 1-minute load average, or NaN. Other work on the machine stretches a nice-19 reaper's share
+// of a CPU, so a figure means more beside it.
+inline double load_average_1m() {
+  double load[1] = {NAN};
+  return getloadavg(load, 1) == 1 ? load[0] : NAN;
+}
+
+// A "Key: value kB" line of /proc/meminfo, in bytes; 0 if the key is absent. `key` includes the
+// colon ("MemAvailable:"), so that "MemTotal:" cannot match a longer name.
+inline std::uint64_t meminfo_bytes(std::string_view key) {
+  std::ifstream file("/proc/meminfo");
+  for (std::string line; std::getline(file, line);) {
+    if (line.starts_with(key)) return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024;
+  }
+  return 0;
 }
 
 }  // namespace teardown_bench

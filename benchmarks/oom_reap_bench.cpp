@@ -65,7 +65,6 @@
 //                   "reaper_chunks" {S}, "exit_cpu_ms" {S}, "reaper_cpu_ms" {S}}],
 //        "seed": {...}}      {S} = {"median", "min", "max"}
 #include <sys/prctl.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,6 +86,7 @@
 #include "teardown/model/mm.hpp"
 
 #include "machine_info.hpp"
+#include "macro_support.hpp"
 
 namespace {
 
@@ -165,50 +165,12 @@ std::uint64_t thread_cpu_ns() {
 
 double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 
-std::uint64_t meminfo_kib(const char* key) {
-  std::ifstream file("/proc/meminfo");
-  std::string name;
-  std::uint64_t value = 0;
-  std::string unit;
-  while (file >> name >> value >> unit) {
-    if (name == key) return value;
-  }
-  return 0;
-}
-
 using teardown_bench::cpu_model;
 using teardown_bench::first_line;
-
-struct summary {
-  double median = NAN, min = NAN, max = NAN;
-};
-
-summary summarize(std::vector<double> v) {
-  summary s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  s.median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  s.min = v.front();
-  s.max = v.back();
-  return s;
-}
-
-std::string number(double value) {
-  if (!std::isfinite(value)) return "null";
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.6g", value);
-  return buffer;
-}
-
-std::string quoted(std::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
+using teardown_bench::json_object;
+using teardown_bench::meminfo_bytes;
+using teardown_bench::summarize;
+using teardown_bench::summary;
 
 // One repetition of one case.
 struct sample {
@@ -372,7 +334,7 @@ int main(int argc, char** argv) {
   const options o = parse_options(argc, argv);
   if (!o.thp && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0) std::perror("oom_reap_bench: PR_SET_THP_DISABLE");
   const std::uint64_t pages = static_cast<std::uint64_t>(o.size_gib * kGiB) / mm_system::page_size();
-  const double available_gib = static_cast<double>(meminfo_kib("MemAvailable:")) * 1024.0 / kGiB;
+  const double available_gib = static_cast<double>(meminfo_bytes("MemAvailable:")) / kGiB;
   if (o.size_gib > 0.6 * available_gib) {
     std::fprintf(stderr, "oom_reap_bench: a %.2f GiB victim is more than 0.6 of MemAvailable (%.2f GiB); use --size\n",
                  o.size_gib, available_gib);
@@ -392,39 +354,34 @@ int main(int argc, char** argv) {
     }
   }
 
-  utsname uts{};
-  uname(&uts);
-  double load = NAN;
-  (void)getloadavg(&load, 1);
-  std::string json = "{\"benchmark\": \"oom_reap_bench\", \"machine\": {";
-  json += "\"cpus\": " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN));
-  json += ", \"mem_total_gib\": " + number(static_cast<double>(meminfo_kib("MemTotal:")) * 1024.0 / kGiB);
-  json += ", \"mem_available_gib\": " + number(available_gib);
-  json += ", \"page_size\": " + std::to_string(mm_system::page_size());
-  json += ", \"cpu_model\": " + quoted(cpu_model());
-  json += ", \"kernel\": " + quoted(uts.release);
-  json += ", \"thp_system\": " + quoted(first_line("/sys/kernel/mm/transparent_hugepage/enabled"));
-  json += ", \"load_average_1m\": " + number(load) + "}";
-  json += ", \"config\": {\"size_gib\": " + number(o.size_gib) + ", \"pages\": " + std::to_string(pages) +
-          ", \"reps\": " + std::to_string(o.reps) + ", \"quick\": " + (o.quick ? "true" : "false") +
-          ", \"thp_disabled_for_us\": " + (o.thp ? "false" : "true") +
-          ", \"chunk_bytes\": " + std::to_string(teardown::model::oom_reap_chunk_bytes) +
-          ", \"oom_reap_delay_ms\": 0}";
+  const json_object machine = json_object()
+                                  .set("cpus", static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))
+                                  .set("mem_total_gib", static_cast<double>(meminfo_bytes("MemTotal:")) / kGiB)
+                                  .set("mem_available_gib", available_gib)
+                                  .set("page_size", static_cast<std::uint64_t>(mm_system::page_size()))
+                                  .set("cpu_model", cpu_model())
+                                  .set("kernel", teardown_bench::kernel_release())
+                                  .set("thp_system", first_line("/sys/kernel/mm/transparent_hugepage/enabled"))
+                                  .set("load_average_1m", teardown_bench::load_average_1m());
+  const json_object config = json_object()
+                                 .set("size_gib", o.size_gib)
+                                 .set("pages", pages)
+                                 .set("reps", o.reps)
+                                 .set("quick", o.quick)
+                                 .set("thp_disabled_for_us", !o.thp)
+                                 .set("chunk_bytes", static_cast<std::uint64_t>(teardown::model::oom_reap_chunk_bytes))
+                                 .set("oom_reap_delay_ms", 0);
+  std::string json = "{\"benchmark\": \"oom_reap_bench\", \"machine\": " + machine.str() + ", \"config\": " + config.str();
   json += ", \"cases\": [";
-  bool first = true;
   for (const kind k : kCases) {
-    json += first ? "" : ", ";
-    first = false;
-    json += "{\"case\": " + quoted(name_of(k)) + ", \"size_gib\": " + number(o.size_gib) +
-            ", \"reps\": " + std::to_string(results[k].size());
+    json_object row;
+    row.set("case", name_of(k)).set("size_gib", o.size_gib).set("reps", static_cast<std::uint64_t>(results[k].size()));
     for (const auto& [name, field] : fields()) {
       std::vector<double> v;
       for (const sample& s : results[k]) v.push_back(s.*field);
-      const summary s = summarize(std::move(v));
-      json += ", " + quoted(name) + ": {\"median\": " + number(s.median) + ", \"min\": " + number(s.min) +
-              ", \"max\": " + number(s.max) + "}";
+      row.set(name, summarize(std::move(v)));
     }
-    json += "}";
+    json += (k == kCases[0] ? "" : ", ") + row.str();
   }
   json += "], \"seed\": {\"source\": \"seed 003, PATCH v10 2/2 (arm64, perf; units as reported)\", "
           "\"other_end\": {\"total\": 132.6, \"exit_mmap\": 72.4, \"reaper\": 60.2, \"pte_wait\": 1.0, "

@@ -36,13 +36,11 @@
 //    "rows": [{"kind", "m", "each_gib", ["workers"], "seconds" {S}, "gib_per_s",
 //              "ratio_to_inline", ["stolen" (median over reps), "per_worker_reaped" (last rep)]}]}
 #include <sys/mman.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdarg>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -51,13 +49,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <latch>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -67,8 +63,15 @@
 #include "teardown/reaper_pool.hpp"
 
 #include "machine_info.hpp"
+#include "macro_support.hpp"
 
 namespace {
+
+using teardown_bench::json_object;
+using teardown_bench::meminfo_bytes;
+using teardown_bench::progress;
+using teardown_bench::summarize;
+using teardown_bench::summary;
 
 using clock_type = std::chrono::steady_clock;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -100,190 +103,48 @@ constexpr const char* kUsage =
     "                    reaper's; 0 = the inline threads' own, for a loaded machine)\n"
     "  --quick           smoke test: M 4, each 0.125, reps 1 (other flags override)\n";
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "pool_bench: %s\n%s", message.c_str(), kUsage);
-  std::exit(2);
-}
-
-double parse_positive(std::string_view flag, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0 || !(value > 0) || !std::isfinite(value)) {
-    usage_error(std::string(flag) + ": \"" + text + "\" is not a positive number");
-  }
-  return value;
-}
-
-int parse_count(std::string_view flag, const std::string& text) {
-  const double value = parse_positive(flag, text);
-  if (value != std::floor(value) || value > 100000) usage_error(std::string(flag) + ": \"" + text + "\" is not a count");
-  return static_cast<int>(value);
-}
+constexpr teardown_bench::command_line kCommandLine{"pool_bench", kUsage};
 
 options parse_options(int argc, char** argv) {
   options opts;
-  std::vector<std::pair<std::string, std::string>> flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg == "--quick") {
-      opts.quick = true;
-      continue;
-    }
-    std::string name = arg;
-    std::string value;
-    if (const std::size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else {
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      value = argv[++i];
-    }
-    flags.emplace_back(name, value);
-  }
+  const teardown_bench::command_line::given given = kCommandLine.parse(argc, argv, {"--quick"});
+  opts.quick = given.has("--quick");
   if (opts.quick) {
     opts.m = 4;
     opts.each_gib = 0.125;
     opts.reps = 1;
   }
-  for (const auto& [name, value] : flags) {
+  for (const auto& [name, value] : given.flags) {
     if (name == "--out") {
       opts.out = value;
     } else if (name == "--m") {
-      opts.m = parse_count(name, value);
+      opts.m = kCommandLine.count(name, value);
     } else if (name == "--each") {
-      opts.each_gib = parse_positive(name, value);
+      opts.each_gib = kCommandLine.positive(name, value);
     } else if (name == "--reps") {
-      opts.reps = parse_count(name, value);
+      opts.reps = kCommandLine.count(name, value);
     } else if (name == "--workers") {
       opts.workers.clear();
-      std::size_t start = 0;
-      for (;;) {
-        const std::size_t comma = value.find(',', start);
-        const int w = parse_count(name, value.substr(start, comma - start));
-        if (w > static_cast<int>(teardown::detail::reaper_pool_max_workers)) usage_error("--workers: at most 1024");
+      for (const std::string& part : teardown_bench::split_list(value)) {
+        const int w = kCommandLine.count(name, part);
+        if (w > static_cast<int>(teardown::detail::reaper_pool_max_workers)) kCommandLine.usage_error("--workers: at most 1024");
         opts.workers.push_back(w);
-        if (comma == std::string::npos) break;
-        start = comma + 1;
       }
     } else if (name == "--max-gib") {
-      opts.max_gib = parse_positive(name, value);
+      opts.max_gib = kCommandLine.positive(name, value);
     } else if (name == "--nice") {
       char* end = nullptr;
       const long value_nice = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || value_nice < -20 || value_nice > 19) usage_error("--nice: -20 to 19");
+      if (value.empty() || *end != '\0' || value_nice < -20 || value_nice > 19) kCommandLine.usage_error("--nice: -20 to 19");
       opts.nice = static_cast<int>(value_nice);
     } else if (name == "--mem-fraction") {
-      opts.mem_fraction = parse_positive(name, value);
-      if (opts.mem_fraction > 0.95) usage_error("--mem-fraction: at most 0.95");
+      opts.mem_fraction = kCommandLine.positive(name, value);
+      if (opts.mem_fraction > 0.95) kCommandLine.usage_error("--mem-fraction: at most 0.95");
     } else {
-      usage_error("unknown flag " + name);
+      kCommandLine.usage_error("unknown flag " + name);
     }
   }
   return opts;
-}
-
-// ---- summaries and JSON (as exit_matrix) ----------------------------------------------------------
-
-struct summary {
-  double median = NAN;
-  double min = NAN;
-  double max = NAN;
-};
-
-summary summarize(std::vector<double> samples) {
-  summary s;
-  if (samples.empty()) return s;
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  s.median = n % 2 == 1 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
-  s.min = samples.front();
-  s.max = samples.back();
-  return s;
-}
-
-class json_object {
- public:
-  json_object& set(std::string key, double value) { return raw(std::move(key), number(value)); }
-  json_object& set(std::string key, int value) { return raw(std::move(key), std::to_string(value)); }
-  json_object& set(std::string key, std::uint64_t value) { return raw(std::move(key), std::to_string(value)); }
-  json_object& set(std::string key, bool value) { return raw(std::move(key), value ? "true" : "false"); }
-  json_object& set(std::string key, const char* value) { return raw(std::move(key), quoted(value)); }
-  json_object& set(std::string key, const std::string& value) { return raw(std::move(key), quoted(value)); }
-  json_object& set(std::string key, const json_object& value) { return raw(std::move(key), value.str()); }
-  json_object& set(std::string key, const summary& s) {
-    return set(std::move(key), json_object().set("median", s.median).set("min", s.min).set("max", s.max));
-  }
-  json_object& set(std::string key, const std::vector<std::uint64_t>& values) {
-    std::string text = "[";
-    for (std::size_t i = 0; i < values.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(values[i]);
-    return raw(std::move(key), text + "]");
-  }
-  json_object& set(std::string key, const std::vector<int>& values) {
-    std::vector<std::uint64_t> wide(values.begin(), values.end());
-    return set(std::move(key), wide);
-  }
-
-  std::string str() const {
-    std::string out = "{";
-    for (std::size_t i = 0; i < fields_.size(); ++i) {
-      if (i != 0) out += ", ";
-      out += quoted(fields_[i].first) + ": " + fields_[i].second;
-    }
-    return out + "}";
-  }
-
- private:
-  json_object& raw(std::string key, std::string json) {
-    fields_.emplace_back(std::move(key), std::move(json));
-    return *this;
-  }
-
-  static std::string number(double value) {
-    if (!std::isfinite(value)) return "null";
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.6g", value);
-    return buffer;
-  }
-
-  static std::string quoted(std::string_view text) {
-    std::string out = "\"";
-    for (const char c : text) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        char escape[8];
-        std::snprintf(escape, sizeof escape, "\\u%04x", static_cast<unsigned>(c));
-        out += escape;
-      } else {
-        out += c;
-      }
-    }
-    return out + "\"";
-  }
-
-  std::vector<std::pair<std::string, std::string>> fields_;
-};
-
-std::uint64_t mem_available_bytes() {
-  std::ifstream file("/proc/meminfo");
-  for (std::string line; std::getline(file, line);) {
-    if (line.starts_with("MemAvailable:")) return std::strtoull(line.c_str() + 13, nullptr, 10) * 1024;
-  }
-  return 0;
-}
-
-std::uint64_t mem_total_bytes() {
-  std::ifstream file("/proc/meminfo");
-  for (std::string line; std::getline(file, line);) {
-    if (line.starts_with("MemTotal:")) return std::strtoull(line.c_str() + 9, nullptr, 10) * 1024;
-  }
-  return 0;
 }
 
 double seconds_between(clock_type::time_point a, clock_type::time_point b) {
@@ -393,15 +254,6 @@ double run_queued(Reaper& reaper, std::vector<item>& items, bool one_producer) {
   return seconds_between(start, end);
 }
 
-void progress(const char* format, ...) __attribute__((format(printf, 1, 2)));
-void progress(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  std::vfprintf(stderr, format, args);
-  va_end(args);
-  std::fflush(stderr);
-}
-
 struct variant {
   std::string kind;  // inline, pool, pool_one_producer, single_reaper
   int workers = 0;   // pool sizes only
@@ -421,9 +273,9 @@ int main(int argc, char** argv) {
     std::sort(opts.workers.begin(), opts.workers.end());
     opts.workers.erase(std::unique(opts.workers.begin(), opts.workers.end()), opts.workers.end());
 
-    const std::uint64_t available = mem_available_bytes();
+    const std::uint64_t available = meminfo_bytes("MemAvailable:");
     const std::size_t bytes = static_cast<std::size_t>(opts.each_gib * kGiB) / 4096 * 4096;
-    if (bytes == 0) usage_error("--each: below one page");
+    if (bytes == 0) kCommandLine.usage_error("--each: below one page");
     const double limit = std::min(opts.max_gib * kGiB, opts.mem_fraction * static_cast<double>(available));
     const int wanted_m = opts.m;
     opts.m = std::max(1, std::min(opts.m, static_cast<int>(limit / static_cast<double>(bytes))));
@@ -504,43 +356,26 @@ int main(int argc, char** argv) {
       table.emplace_back(line);
     }
 
-    utsname uts{};
-    uname(&uts);
-    double load[1] = {NAN};
-    if (getloadavg(load, 1) != 1) load[0] = NAN;
     json_object machine;
     machine.set("cpus", hardware)
-        .set("mem_total_gib", static_cast<double>(mem_total_bytes()) / kGiB)
+        .set("mem_total_gib", static_cast<double>(meminfo_bytes("MemTotal:")) / kGiB)
         .set("mem_available_gib", static_cast<double>(available) / kGiB)
         .set("cpu_model", teardown_bench::cpu_model())
-        .set("kernel", std::string(uts.release))
-        .set("load_average_1m", load[0])
+        .set("kernel", teardown_bench::kernel_release())
+        .set("load_average_1m", teardown_bench::load_average_1m())
         .set("thp", teardown_bench::first_line("/sys/kernel/mm/transparent_hugepage/enabled"));
     json_object config;
     config.set("m", opts.m).set("each_gib", static_cast<double>(bytes) / kGiB).set("reps", opts.reps);
     config.set("workers", opts.workers).set("nice", opts.nice).set("quick", opts.quick);
     if (capped) config.set("capped", "M cut down by the memory rule from " + std::to_string(wanted_m));
 
-    std::string json = "{\n  \"benchmark\": \"pool_bench\",\n";
-    json += "  \"machine\": " + machine.str() + ",\n";
-    json += "  \"config\": " + config.str() + ",\n";
-    json += "  \"rows\": [";
-    for (std::size_t i = 0; i < rows.size(); ++i) json += (i == 0 ? "\n    " : ",\n    ") + rows[i].str();
-    json += "\n  ]\n}\n";
+    const std::string json = teardown_bench::rows_document("pool_bench", machine, config, rows);
 
     std::fprintf(stderr, "\npool_bench: M = %d items of %.3g GiB (%.2f GiB), %d reps, %d CPUs\n", opts.m,
                  static_cast<double>(bytes) / kGiB, gib, opts.reps, hardware);
     for (const std::string& row : table) std::fprintf(stderr, "%s\n", row.c_str());
     std::fprintf(stderr, "total %.1f s\n", seconds_between(total_start, clock_type::now()));
-    if (opts.out.empty()) {
-      std::fputs(json.c_str(), stdout);
-    } else {
-      std::FILE* out = std::fopen(opts.out.c_str(), "w");
-      if (out == nullptr || std::fputs(json.c_str(), out) < 0 || std::fclose(out) != 0) {
-        std::fprintf(stderr, "pool_bench: cannot write %s: %s\n", opts.out.c_str(), std::strerror(errno));
-        return 1;
-      }
-    }
+    if (!teardown_bench::write_document("pool_bench", opts.out, json)) return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pool_bench: %s\n", e.what());
     return 1;

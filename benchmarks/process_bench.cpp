@@ -35,11 +35,9 @@
 //                  "memory_back_ms" {S}, ["helper_gone_ms" {S}, "enable_us" {S}],
 //                  ["memory_back_timeouts"], ["skipped"]}]}       {S} = {"median", "min", "max"}
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,7 +45,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -64,34 +61,19 @@
 #include "teardown/process.hpp"
 
 #include "machine_info.hpp"
+#include "macro_support.hpp"
 
 namespace {
 
+using teardown_bench::json_object;
+using teardown_bench::ms_between;
+using teardown_bench::progress;
+using teardown_bench::strprintf;
+using teardown_bench::summarize;
+using teardown_bench::summary;
+
 using clock_type = std::chrono::steady_clock;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-double ms_between(clock_type::time_point from, clock_type::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-void progress(const char* format, ...) __attribute__((format(printf, 1, 2)));
-void progress(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  std::vfprintf(stderr, format, args);
-  va_end(args);
-  std::fflush(stderr);
-}
-
-std::string strprintf(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string strprintf(const char* format, ...) {
-  char buffer[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buffer, sizeof buffer, format, args);
-  va_end(args);
-  return buffer;
-}
 
 // ---- options --------------------------------------------------------------------------------
 
@@ -113,74 +95,33 @@ constexpr const char* kUsage =
     "  --mem-fraction F  populate at most F of MemAvailable (default 0.6)\n"
     "  --no-thp          4 KiB pages for the programs (PR_SET_THP_DISABLE)\n";
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "process_bench: %s\n%s", message.c_str(), kUsage);
-  std::exit(2);
-}
-
-double parse_positive(std::string_view flag, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0 || !(value > 0) || !std::isfinite(value)) {
-    usage_error(std::string(flag) + ": \"" + text + "\" is not a positive number");
-  }
-  return value;
-}
+constexpr teardown_bench::command_line kCommandLine{"process_bench", kUsage};
 
 options parse_options(int argc, char** argv) {
   options opts;
-  std::vector<std::pair<std::string, std::string>> flags;  // applied after --quick, which they override
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg == "--quick") {
-      opts.quick = true;
-      continue;
-    }
-    if (arg == "--no-thp") {
-      opts.no_thp = true;
-      continue;
-    }
-    std::string name = arg;
-    std::string value;
-    if (const std::size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else {
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      value = argv[++i];
-    }
-    flags.emplace_back(name, value);
-  }
+  // Applied after --quick's defaults, which they override.
+  const teardown_bench::command_line::given given = kCommandLine.parse(argc, argv, {"--quick", "--no-thp"});
+  opts.quick = given.has("--quick");
+  opts.no_thp = given.has("--no-thp");
   if (opts.quick) {
     opts.sizes_gib = {0.25};
     opts.reps = 1;
   }
-  for (const auto& [name, value] : flags) {
+  for (const auto& [name, value] : given.flags) {
     if (name == "--sizes") {
       opts.sizes_gib.clear();
-      std::size_t start = 0;
-      for (;;) {
-        const std::size_t comma = value.find(',', start);
-        opts.sizes_gib.push_back(parse_positive(name, value.substr(start, comma - start)));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
+      for (const std::string& part : teardown_bench::split_list(value)) {
+        opts.sizes_gib.push_back(kCommandLine.positive(name, part));
       }
     } else if (name == "--reps") {
-      const double reps = parse_positive(name, value);
-      if (reps != std::floor(reps) || reps > 1000) usage_error("--reps: \"" + value + "\" is not a count");
-      opts.reps = static_cast<int>(reps);
+      opts.reps = kCommandLine.count(name, value, 1000);
     } else if (name == "--mem-fraction") {
-      opts.mem_fraction = parse_positive(name, value);
-      if (opts.mem_fraction > 0.95) usage_error("--mem-fraction: at most 0.95");
+      opts.mem_fraction = kCommandLine.positive(name, value);
+      if (opts.mem_fraction > 0.95) kCommandLine.usage_error("--mem-fraction: at most 0.95");
     } else if (name == "--out") {
       opts.out = value;
     } else {
-      usage_error("unknown flag " + name);
+      kCommandLine.usage_error("unknown flag " + name);
     }
   }
   return opts;
@@ -311,16 +252,8 @@ sample measure(double bytes, helper_kind kind, bool no_thp) {
     }
   } guard{program};
 
-  program_report report;
-  pollfd ready{fds[0], POLLIN, 0};
   const int timeout_ms = 30'000 + static_cast<int>(10'000 * bytes / kGiB);
-  int polled;
-  while ((polled = poll(&ready, 1, timeout_ms)) < 0 && errno == EINTR) {
-  }
-  const ssize_t got = polled == 1 ? read(fds[0], &report, sizeof report) : -1;
-  close(fds[0]);
-  if (polled == 0) throw std::runtime_error(strprintf("the program did not populate within %d s", timeout_ms / 1000));
-  if (got != static_cast<ssize_t>(sizeof report)) throw std::runtime_error("the program died before it reported");
+  const auto report = teardown_bench::read_child_report<program_report>(fds[0], timeout_ms, "the program");
   if (report.error != 0) {
     throw std::system_error(report.error, std::generic_category(),
                             report.step == 1 ? "program: enable_shadow_teardown" : "program: mmap");
@@ -362,82 +295,18 @@ sample measure(double bytes, helper_kind kind, bool no_thp) {
   return s;
 }
 
-// ---- summaries, JSON ----------------------------------------------------------------------
-
-struct summary {
-  double median = NAN, min = NAN, max = NAN;
-};
-
-summary summarize(std::vector<double> v) {
-  summary s;
-  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  s.median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  s.min = v.front();
-  s.max = v.back();
-  return s;
-}
-
-std::string number(double value) {
-  if (!std::isfinite(value)) return "null";
-  return strprintf("%.6g", value);
-}
-
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += strprintf("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-class json_object {
- public:
-  json_object& set(const std::string& key, double value) { return raw(key, number(value)); }
-  json_object& set(const std::string& key, int value) { return raw(key, std::to_string(value)); }
-  json_object& set(const std::string& key, bool value) { return raw(key, value ? "true" : "false"); }
-  json_object& set(const std::string& key, const std::string& value) { return raw(key, quoted(value)); }
-  json_object& set(const std::string& key, const char* value) { return raw(key, quoted(value)); }
-  json_object& set(const std::string& key, const summary& s) {
-    return raw(key, json_object().set("median", s.median).set("min", s.min).set("max", s.max).str());
-  }
-  std::string str() const {
-    std::string out = "{";
-    for (std::size_t i = 0; i < fields_.size(); ++i) {
-      out += (i == 0 ? "" : ", ") + quoted(fields_[i].first) + ": " + fields_[i].second;
-    }
-    return out + "}";
-  }
-
- private:
-  json_object& raw(const std::string& key, std::string json) {
-    fields_.emplace_back(key, std::move(json));
-    return *this;
-  }
-  std::vector<std::pair<std::string, std::string>> fields_;
-};
+// ---- the machine ------------------------------------------------------------------------------
 
 json_object machine() {
-  utsname uts{};
-  uname(&uts);
   return json_object()
       .set("cpus", static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))
       .set("mem_total_gib", static_cast<double>(meminfo_bytes("MemTotal:")) / kGiB)
       .set("mem_available_gib", static_cast<double>(meminfo_bytes("MemAvailable:")) / kGiB)
       .set("page_size", static_cast<int>(sysconf(_SC_PAGESIZE)))
       .set("cpu_model", teardown_bench::cpu_model())
-      .set("kernel", std::string(uts.release))
+      .set("kernel", teardown_bench::kernel_release())
       .set("transparent_hugepage", teardown_bench::first_line("/sys/kernel/mm/transparent_hugepage/enabled"))
-      .set("load_average_1m", std::strtod(teardown_bench::first_line("/proc/loadavg").c_str(), nullptr));
+      .set("load_average_1m", teardown_bench::load_average_1m());
 }
 
 }  // namespace
@@ -522,12 +391,7 @@ int main(int argc, char** argv) {
              "helper nice19: the program called teardown::process::enable_shadow_teardown() first (default "
              "options: the helper at nice 19); idle: with sched_idle = true (SCHED_IDLE). Free memory = "
              "MemAvailable + per-CPU free list pages (/proc/zoneinfo count:). Times from the SIGKILL.");
-    std::string json = "{\n  \"benchmark\": \"process_bench\",\n";
-    json += "  \"machine\": " + machine_json.str() + ",\n";
-    json += "  \"config\": " + config.str() + ",\n";
-    json += "  \"rows\": [";
-    for (std::size_t i = 0; i < rows.size(); ++i) json += (i == 0 ? "\n    " : ",\n    ") + rows[i].str();
-    json += "\n  ]\n}\n";
+    const std::string json = teardown_bench::rows_document("process_bench", machine_json, config, rows);
 
     std::fprintf(stderr,
                  "\nprocess_bench: medians of %d repetitions; times in ms from the SIGKILL; held GiB: not yet free when\n"
@@ -536,15 +400,7 @@ int main(int argc, char** argv) {
                  opts.reps);
     for (const std::string& line : table) std::fprintf(stderr, "%s\n", line.c_str());
     std::fprintf(stderr, "total %.1f s\n", ms_between(run_start, clock_type::now()) / 1e3);
-    if (opts.out.empty()) {
-      std::fputs(json.c_str(), stdout);
-    } else {
-      std::FILE* out = std::fopen(opts.out.c_str(), "w");
-      if (out == nullptr || std::fputs(json.c_str(), out) < 0 || std::fclose(out) != 0) {
-        std::fprintf(stderr, "process_bench: cannot write %s: %s\n", opts.out.c_str(), std::strerror(errno));
-        return 1;
-      }
-    }
+    if (!teardown_bench::write_document("process_bench", opts.out, json)) return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "process_bench: %s\n", e.what());
     return 1;

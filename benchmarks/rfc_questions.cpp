@@ -39,6 +39,7 @@
 #include <teardown/model/mm.hpp>
 
 #include "machine_info.hpp"
+#include "macro_support.hpp"
 
 #include <sched.h>
 #include <sys/utsname.h>
@@ -76,15 +77,8 @@ using task_ptr = std::unique_ptr<mm_system::task>;
 
 constexpr double bytes_per_gib = double(std::uint64_t{1} << 30);
 
-double ms_between(clock_type::time_point from, clock_type::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-double thread_cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
-}
+using teardown_bench::ms_between;
+using teardown_bench::thread_cpu_ms;
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -142,7 +136,8 @@ unsigned usable_cpus() {
 // ---- JSON -------------------------------------------------------------------------------------
 
 // Just enough JSON for the results: null, bool, numbers, strings, arrays, objects (keys kept in
-// insertion order).
+// insertion order), indented. A tree rather than macro_support.hpp's one-line json_object, since
+// the questions nest tables in tables; numbers and strings are written the same way.
 class json {
  public:
   json() = default;
@@ -180,13 +175,8 @@ class json {
       case kind::null: return "null";
       case kind::boolean: return boolean_ ? "true" : "false";
       case kind::integer: return text_;
-      case kind::number: {
-        if (!std::isfinite(number_)) return "null";
-        char text[32];
-        std::snprintf(text, sizeof text, "%.6g", number_);
-        return text;
-      }
-      case kind::string: return quoted(text_);
+      case kind::number: return teardown_bench::json_number(number_);
+      case kind::string: return teardown_bench::json_quoted(text_);
       case kind::array: {
         if (items_.empty()) return "[]";
         // Arrays of plain values stay on one line.
@@ -204,7 +194,7 @@ class json {
         if (members_.empty()) return "{}";
         std::string out = "{";
         for (std::size_t i = 0; i < members_.size(); ++i) {
-          out += (i == 0 ? "\n" : ",\n") + pad + quoted(members_[i].first) + ": " + members_[i].second.dump(depth + 1);
+          out += (i == 0 ? "\n" : ",\n") + pad + teardown_bench::json_quoted(members_[i].first) + ": " + members_[i].second.dump(depth + 1);
         }
         return out + "\n" + end_pad + "}";
       }
@@ -215,23 +205,6 @@ class json {
  private:
   enum class kind { null, boolean, integer, number, string, array, object };
   explicit json(kind k) : kind_(k) {}
-
-  static std::string quoted(const std::string& text) {
-    std::string out = "\"";
-    for (const char c : text) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\u%04x", unsigned(c));
-        out += escaped;
-      } else {
-        out += c;
-      }
-    }
-    return out + "\"";
-  }
 
   kind kind_ = kind::null;
   bool boolean_ = false;

@@ -10,23 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "llist_test_support.hpp"
 #include "test_support.hpp"
 
 namespace teardown_test {
 namespace {
 
 using teardown::llist;
-using teardown::llist_batch;
-using teardown::llist_chain;
 using teardown::llist_node;
-
-// The hook deliberately does not sit at offset 0, so every test also checks that the list
-// finds the element from its hook.
-struct item {
-  explicit item(int id_) : id(id_) {}
-  int id;
-  llist_node hook;
-};
 
 // An element that sits on two lists at once through two hooks.
 struct two_hook_item {
@@ -35,14 +26,6 @@ struct two_hook_item {
   llist_node first_hook;
   llist_node second_hook;
 };
-
-// Drains a batch with range-for and returns the ids in the order it yielded them.
-template <class Batch>
-std::vector<int> ids_of(Batch&& batch) {
-  std::vector<int> ids;
-  for (auto& element : batch) ids.push_back(element.id);
-  return ids;
-}
 
 template <class List>
 std::vector<int> take_all_ids(List& list) {
@@ -62,8 +45,6 @@ TYPED_TEST_SUITE(LlistTest, atomics_backends);
 // --- Types ---------------------------------------------------------------------------------
 
 using std_list = llist<item, &item::hook>;
-using item_batch = llist_batch<item, &item::hook>;
-using item_chain = llist_chain<item, &item::hook>;
 
 TEST(LlistTypes, DefaultAtomicsPolicyIsStdAtomics) {
   static_assert(std::is_same_v<std_list, llist<item, &item::hook, teardown::std_atomics>>);

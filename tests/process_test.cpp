@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "fork_test_support.hpp"
 #include "test_support.hpp"
 
 namespace teardown_test {
@@ -351,31 +352,9 @@ void enable_and_populate(report& r) {
   if (!populate(kPopulateBytes)) fail_report(r, "mmap failed");
 }
 
-// ---- a child that reports through its exit code ------------------------------------------------
+// ---- a child that reports through its exit code (run_child, fork_test_support.hpp) ------------
 
-// Runs `body` in a forked child and returns its exit code (-1 if it died of a signal). The body
-// prints what failed to stderr and returns non-zero.
-int run_in_child(const std::function<int()>& body) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int code = 3;
-    try {
-      code = body();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "[child] threw: %s\n", e.what());
-    }
-    std::fflush(stderr);
-    _exit(code);
-  }
-  if (pid < 0) return -1;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
+// In a run_child body: prints the failed condition and leaves the body with exit code 1.
 #define CHILD_CHECK(condition)                                                     \
   do {                                                                             \
     if (!(condition)) {                                                            \
@@ -559,7 +538,7 @@ TEST_F(ProcessShadowTest, ForkChildHasNoHelperUntilItEnablesOne) {
     if (target.rfind("pipe:", 0) == 0) helper_pipe = target;
   }
   ASSERT_FALSE(helper_pipe.empty());
-  const int code = run_in_child([&] {
+  const int code = run_child([&] {
     CHILD_CHECK(!tp::shadow_teardown_enabled());
     CHILD_CHECK(tp::shadow_pid() == 0);
     const std::vector<std::string> mine = descriptors_of("self");
@@ -579,7 +558,7 @@ TEST_F(ProcessShadowTest, ForkChildHasNoHelperUntilItEnablesOne) {
 // A sandbox that refuses the clone: std::system_error with its errno, and nothing changed.
 TEST(ProcessShadowFailureTest, RefusedCloneThrowsSystemErrorAndLeavesNothing) {
   if (!tp::shadow_teardown_supported) GTEST_SKIP() << "shadow teardown is Linux on x86-64 only";
-  const int code = run_in_child([] {
+  const int code = run_child([] {
     const std::size_t descriptors = open_descriptors();
     CHILD_CHECK(refuse_with_eperm(SYS_clone));
     try {
@@ -601,7 +580,7 @@ TEST(ProcessShadowFailureTest, RefusedCloneThrowsSystemErrorAndLeavesNothing) {
 // helper inherits): the helper is killed and reaped, and the error names the step.
 TEST(ProcessShadowFailureTest, HelperSetupFailureThrowsSystemErrorAndLeavesNothing) {
   if (!tp::shadow_teardown_supported) GTEST_SKIP() << "shadow teardown is Linux on x86-64 only";
-  const int code = run_in_child([] {
+  const int code = run_child([] {
     const std::size_t descriptors = open_descriptors();
     CHILD_CHECK(refuse_with_eperm(SYS_prctl, PR_SET_PDEATHSIG));
     try {

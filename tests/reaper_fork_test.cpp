@@ -27,17 +27,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <functional>
 #include <latch>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "fork_test_support.hpp"
 #include "reaper_test_support.hpp"
 #include "test_support.hpp"
 
@@ -51,99 +49,6 @@ class ReaperForkTest : public ::testing::Test {
   hang_guard guard_{current_test_name()};
 };
 using ReaperForkStressTest = ReaperForkTest;
-
-// --- Running a child ---------------------------------------------------------------------------
-
-// What a child body uses instead of gtest's assertions: each failed check is printed to stderr;
-// the exit code says whether any failed.
-class child_checks {
- public:
-  void expect(bool ok, const std::string& what) {
-    if (!ok) {
-      std::fprintf(stderr, "[child %d] check failed: %s\n", static_cast<int>(getpid()), what.c_str());
-      ++failures_;
-    }
-  }
-  int exit_code() const { return failures_ == 0 ? 0 : 1; }
-
- private:
-  int failures_ = 0;
-};
-
-// The child's exit code when it ran `body` fully; anything else is a failure in the child.
-constexpr int child_ok = 0;
-
-// Forks; the child runs `body` and _exits with its result (or with 3 if it threw).
-pid_t start_child(const std::function<int()>& body) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int code = 3;
-    try {
-      code = body();
-    } catch (...) {
-      std::fprintf(stderr, "[child %d] threw\n", static_cast<int>(getpid()));
-    }
-    std::fflush(stderr);
-    _exit(code);
-  }
-  return pid;
-}
-
-// Waits for the child. If it has not exited after `limit` (a hang guard, not a time assertion:
-// every child here finishes in milliseconds), kills it and fails the test.
-int wait_child(pid_t pid, std::chrono::seconds limit = 30s) {
-  if (pid < 0) {
-    ADD_FAILURE() << "fork failed";
-    return -1;
-  }
-  const auto give_up = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    int status = 0;
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) {
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
-      ADD_FAILURE() << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : -1);
-      return -1;
-    }
-    if (done < 0) {
-      ADD_FAILURE() << "waitpid failed";
-      return -1;
-    }
-    if (std::chrono::steady_clock::now() > give_up) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "the child deadlocked: still running after " << limit.count() << " s; killed";
-      return -1;
-    }
-    std::this_thread::sleep_for(1ms);
-  }
-}
-
-int run_child(const std::function<int()>& body) { return wait_child(start_child(body)); }
-
-// The scheduler state ('R', 'S', ...) of one of this process's threads.
-char task_state(pid_t tid) {
-  std::ifstream file("/proc/self/task/" + std::to_string(tid) + "/stat");
-  std::stringstream text;
-  text << file.rdbuf();
-  const std::string stat = text.str();
-  const std::size_t close = stat.rfind(')');
-  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
-}
-
-// Returns once thread `tid` is asleep (two samples 5 ms apart): used to see a fork() that is
-// waiting in the reaper's prepare handler for the worker to finish its item.
-void wait_until_asleep(pid_t tid) {
-  for (;;) {
-    if (task_state(tid) == 'S') {
-      std::this_thread::sleep_for(5ms);
-      if (task_state(tid) == 'S') return;
-    }
-    std::this_thread::sleep_for(1ms);
-  }
-}
 
 // The parent's reaper still works after a fork: a few enqueue/flush rounds on items of its own.
 void expect_parent_reaper_works(job_reaper& reaper) {

@@ -16,10 +16,8 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,10 +28,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <latch>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -41,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "fork_test_support.hpp"
 #include "reaper_test_support.hpp"
 #include "teardown/sharded_llist.hpp"
 #include "test_support.hpp"
@@ -78,13 +75,6 @@ reaper_pool_options pool_options(std::size_t workers, bool steal = true, std::ch
   return opts;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 std::size_t live_threads() {
   std::size_t count = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++count;
@@ -99,24 +89,6 @@ std::set<std::string> thread_names() {
     names.insert(comm);
   }
   return names;
-}
-
-// The scheduler state ('R', 'S', ...) of one of this process's threads.
-char task_state(pid_t tid) {
-  const std::string stat = read_text("/proc/self/task/" + std::to_string(tid) + "/stat");
-  const std::size_t close = stat.rfind(')');
-  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
-}
-
-// Returns once thread `tid` is asleep (two samples 5 ms apart).
-void wait_until_asleep(pid_t tid) {
-  for (;;) {
-    if (task_state(tid) == 'S') {
-      std::this_thread::sleep_for(5ms);
-      if (task_state(tid) == 'S') return;
-    }
-    std::this_thread::sleep_for(1ms);
-  }
 }
 
 void wait_until_all_ran(const std::vector<job>& jobs, std::size_t from = 0) {
@@ -270,27 +242,9 @@ TEST_P(ReaperPoolStressTest, ConcurrentFlushesFreezesAndThawsLoseNothing) {
   const std::size_t per_producer = scaled(10'000);
   auto jobs = make_jobs(producers * per_producer);
   job_pool pool(counting(), pool_options(workers, steal));
-  std::atomic<bool> stop_controlling{false};
-  std::vector<std::thread> threads;
-  for (std::size_t p = 0; p < producers; ++p) {
-    threads.emplace_back([&, p] {
-      for (std::size_t i = 0; i < per_producer; ++i) pool.enqueue_to(p == 0 ? 0 : i, jobs[p * per_producer + i]);
-    });
-  }
-  std::thread flusher([&] {
-    while (!stop_controlling.load()) pool.flush();
+  produce_while_flushing_and_freezing(pool, producers, [&](std::size_t p) {
+    for (std::size_t i = 0; i < per_producer; ++i) pool.enqueue_to(p == 0 ? 0 : i, jobs[p * per_producer + i]);
   });
-  std::thread freezer([&] {
-    while (!stop_controlling.load()) {
-      pool.freeze();
-      std::this_thread::yield();
-      pool.thaw();
-    }
-  });
-  for (std::thread& t : threads) t.join();
-  stop_controlling.store(true);
-  flusher.join();
-  freezer.join();
   pool.flush();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
   expect_balanced(pool, jobs.size());
@@ -913,76 +867,27 @@ TEST_F(ReaperPoolTest, ReaperOverAShardedQueueWakesForEveryItemEnqueuedIntoAnEmp
 
 // --- fork ------------------------------------------------------------------------------------------
 
-// The child's exit code: 0 when every check held; it prints failures to stderr.
-pid_t start_child(const std::function<int()>& body) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int code = 3;
-    try {
-      code = body();
-    } catch (...) {
-      std::fprintf(stderr, "[child %d] threw\n", static_cast<int>(getpid()));
-    }
-    std::fflush(stderr);
-    _exit(code);
-  }
-  return pid;
-}
-
-// Waits for the child; a child still running after `limit` (a hang guard, not a time assertion)
-// is killed and the test fails.
-int wait_child(pid_t pid, std::chrono::seconds limit = 30s) {
-  if (pid < 0) {
-    ADD_FAILURE() << "fork failed";
-    return -1;
-  }
-  const auto give_up = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    int status = 0;
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) {
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
-      ADD_FAILURE() << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : -1);
-      return -1;
-    }
-    if (std::chrono::steady_clock::now() > give_up) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "the child deadlocked: still running after " << limit.count() << " s; killed";
-      return -1;
-    }
-    std::this_thread::sleep_for(1ms);
-  }
-}
-
-int child_check(bool ok, const char* what) {
-  if (!ok) std::fprintf(stderr, "[child %d] check failed: %s\n", static_cast<int>(getpid()), what);
-  return ok ? 0 : 1;
-}
-
 TEST_F(ReaperPoolTest, ForkChildEnqueuesInlineTearsDownTheBacklogAndStopsWithoutDeadlock) {
   auto backlog = make_jobs(60);
   auto child_jobs = make_jobs(20);
   job_pool pool(counting(), pool_options(3));
   pool.freeze();
   for (job& j : backlog) pool.enqueue_to(j.id, j);  // queued on every worker at fork time
-  const int code = wait_child(start_child([&] {
-    int failed = 0;
+  const int code = run_child([&] {
+    child_checks check;
     for (job& j : child_jobs) {
       pool.enqueue(j);
-      failed |= child_check(j.runs.load() == 1, "an item the child enqueues is torn down before enqueue returns");
+      check.expect(j.runs.load() == 1, "an item the child enqueues is torn down before enqueue returns");
     }
     pool.flush();
-    failed |= child_check(ran_exactly_once(backlog) == backlog.size(), "the child tore down the backlog once");
+    check.expect(ran_exactly_once(backlog) == backlog.size(), "the child tore down the backlog once");
     pool.freeze();
     pool.thaw();
     pool.stop();
-    failed |= child_check(!pool.stats().running, "no worker in the child");
-    return failed;
-  }));
-  EXPECT_EQ(code, 0);
+    check.expect(!pool.stats().running, "no worker in the child");
+    return check.exit_code();
+  });
+  EXPECT_EQ(code, child_ok);
   EXPECT_EQ(total_runs(backlog), 0) << "the parent's copies wait for thaw";
   pool.thaw();
   pool.flush();
@@ -1020,16 +925,16 @@ TEST_F(ReaperPoolTest, ForkWhileOtherThreadsFlushStealAndFreezeLeavesAUsableChil
   for (int f = 0; f < forks; ++f) {
     while (produced.load() < per_round * static_cast<std::size_t>(f)) std::this_thread::yield();
     auto child_jobs = make_jobs(10);
-    const int code = wait_child(start_child([&] {
-      int failed = 0;
+    const int code = run_child([&] {
+      child_checks check;
       pool.flush();
       for (job& j : child_jobs) pool.enqueue(j);
       pool.flush();
-      failed |= child_check(ran_exactly_once(child_jobs) == child_jobs.size(), "the child's items ran once");
+      check.expect(ran_exactly_once(child_jobs) == child_jobs.size(), "the child's items ran once");
       pool.stop();
-      return failed;
-    }));
-    EXPECT_EQ(code, 0) << "fork " << f;
+      return check.exit_code();
+    });
+    EXPECT_EQ(code, child_ok) << "fork " << f;
   }
   producer.join();
   done.store(true);

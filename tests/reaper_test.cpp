@@ -27,7 +27,6 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <latch>
 #include <mutex>
@@ -67,13 +66,6 @@ class ReaperTest : public ::testing::Test {
 using ReaperStressTest = ReaperTest;
 
 // --- /proc helpers -----------------------------------------------------------------------------
-
-std::string read_text(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
 
 std::string task_comm(pid_t tid) {
   std::string comm = read_text("/proc/self/task/" + std::to_string(tid) + "/comm");
@@ -942,27 +934,9 @@ TEST_F(ReaperStressTest, ConcurrentFlushesFreezesAndThawsLoseNothing) {
   const std::size_t per_producer = scaled(20'000);
   auto jobs = make_jobs(producers * per_producer);
   job_reaper reaper(counting());
-  std::atomic<bool> stop_controlling{false};
-  std::vector<std::thread> threads;
-  for (std::size_t p = 0; p < producers; ++p) {
-    threads.emplace_back([&, p] {
-      for (std::size_t i = 0; i < per_producer; ++i) reaper.enqueue(jobs[p * per_producer + i]);
-    });
-  }
-  std::thread flusher([&] {
-    while (!stop_controlling.load()) reaper.flush();
+  produce_while_flushing_and_freezing(reaper, producers, [&](std::size_t p) {
+    for (std::size_t i = 0; i < per_producer; ++i) reaper.enqueue(jobs[p * per_producer + i]);
   });
-  std::thread freezer([&] {
-    while (!stop_controlling.load()) {
-      reaper.freeze();
-      std::this_thread::yield();
-      reaper.thaw();
-    }
-  });
-  for (std::thread& t : threads) t.join();
-  stop_controlling.store(true);
-  flusher.join();
-  freezer.join();
   reaper.flush();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
 }

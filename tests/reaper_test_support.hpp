@@ -1,5 +1,7 @@
-// Helpers shared by reaper_test.cpp and reaper_fork_test.cpp: the item type, counting fns, and
-// the hang guard that turns a deadlock into a clear failure instead of a CI timeout.
+// Helpers shared by the tests of teardown::reaper and of what runs on it (reaper_test.cpp,
+// reaper_fork_test.cpp, reaper_pool_test.cpp, reaper_drain_test.cpp and the model's tests): the
+// item type, counting fns, a thread's state from /proc, a stress driver, and the hang guard
+// that turns a deadlock into a clear failure instead of a CI timeout.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,9 +16,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <latch>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -63,6 +67,33 @@ inline int total_runs(const std::vector<job>& jobs) {
 }
 
 inline pid_t current_tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+// The whole of a (small) file, "" if it cannot be read: a /proc entry.
+inline std::string read_text(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// The scheduler state ('R', 'S', ...) of one of this process's threads.
+inline char task_state(pid_t tid) {
+  const std::string stat = read_text("/proc/self/task/" + std::to_string(tid) + "/stat");
+  const std::size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
+
+// Returns once thread `tid` is asleep (two samples 5 ms apart): to see a thread that is blocked
+// in freeze() or in a fork() handler, waiting for a worker to finish its item.
+inline void wait_until_asleep(pid_t tid) {
+  for (;;) {
+    if (task_state(tid) == 'S') {
+      std::this_thread::sleep_for(5ms);
+      if (task_state(tid) == 'S') return;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+}
 
 // Aborts the process with a clear message if the test has not finished after `limit`: a guard
 // against hangs (a lost wake-up, a deadlock), not a time assertion. Every test finishes in
@@ -123,6 +154,30 @@ inline void enqueue_as_one_batch(job_reaper& reaper, std::vector<job>& jobs) {
 
 inline void wait_until(const std::atomic<bool>& flag) {
   while (!flag.load()) std::this_thread::yield();
+}
+
+// Runs produce(p) on `producers` threads while one more thread keeps flushing `reaper` (a reaper
+// or a reaper_pool) and another keeps freezing and thawing it; returns once every producer has
+// returned and the two have stopped. The caller flushes and counts.
+template <class Reaper, class Produce>
+void produce_while_flushing_and_freezing(Reaper& reaper, std::size_t producers, Produce produce) {
+  std::atomic<bool> stop_controlling{false};
+  std::vector<std::thread> threads;
+  for (std::size_t p = 0; p < producers; ++p) threads.emplace_back([&produce, p] { produce(p); });
+  std::thread flusher([&] {
+    while (!stop_controlling.load()) reaper.flush();
+  });
+  std::thread freezer([&] {
+    while (!stop_controlling.load()) {
+      reaper.freeze();
+      std::this_thread::yield();
+      reaper.thaw();
+    }
+  });
+  for (std::thread& t : threads) t.join();
+  stop_controlling.store(true);
+  flusher.join();
+  freezer.join();
 }
 
 }  // namespace teardown_test::reaper_support

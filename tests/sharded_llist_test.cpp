@@ -26,30 +26,15 @@
 #include <utility>
 #include <vector>
 
+#include "llist_test_support.hpp"
 #include "test_support.hpp"
 
 namespace teardown_test {
 namespace {
 
 using teardown::llist;
-using teardown::llist_batch;
-using teardown::llist_chain;
 using teardown::llist_node;
 using teardown::sharded_llist;
-
-// The hook deliberately does not sit at offset 0.
-struct item {
-  explicit item(int id_) : id(id_) {}
-  int id;
-  llist_node hook;
-};
-
-template <class Batch>
-std::vector<int> ids_of(Batch&& batch) {
-  std::vector<int> ids;
-  for (auto& element : batch) ids.push_back(element.id);
-  return ids;
-}
 
 template <class Atomics>
 class ShardedLlistTest : public ::testing::Test {
@@ -64,8 +49,6 @@ TYPED_TEST_SUITE(ShardedLlistTest, atomics_backends);
 // --- Types ---------------------------------------------------------------------------------
 
 using std_sharded = sharded_llist<item, &item::hook>;
-using item_batch = llist_batch<item, &item::hook>;
-using item_chain = llist_chain<item, &item::hook>;
 
 TEST(ShardedLlistTypes, QueueMembersHaveLlistsSignatures) {
   // What a consumer of an llist queue (the reaper) calls, with the same types and noexcept.
@@ -208,25 +191,28 @@ TYPED_TEST(ShardedLlistTest, DelAllTakesEveryShardInOneBatch) {
   EXPECT_TRUE(list.del_all().empty());
 }
 
+// Adds ids 1 to 5 to shards 2, 0, 2, 0 and 3, in that order, to a list of four shards: shard 0
+// then holds 2 and 4, shard 2 holds 1 and 3, shard 3 holds 5.
+template <class List>
+std::vector<std::unique_ptr<item>> add_five_across_shards(List& list) {
+  constexpr std::size_t shards[] = {2, 0, 2, 0, 3};
+  std::vector<std::unique_ptr<item>> items;
+  for (int id = 1; id <= 5; ++id) {
+    items.push_back(std::make_unique<item>(id));
+    list.add_to(shards[id - 1], *items.back());
+  }
+  return items;
+}
+
 TYPED_TEST(ShardedLlistTest, DelAllYieldsShardZeroFirstAndEachShardNewestFirst) {
   typename TestFixture::list list(4);
-  item a{1}, b{2}, c{3}, d{4}, e{5};
-  list.add_to(2, a);
-  list.add_to(0, b);
-  list.add_to(2, c);
-  list.add_to(0, d);
-  list.add_to(3, e);
+  const auto items = add_five_across_shards(list);
   EXPECT_EQ(ids_of(list.del_all()), (std::vector<int>{4, 2, 3, 1, 5}));
 }
 
 TYPED_TEST(ShardedLlistTest, ReverseYieldsEachShardOldestFirst) {
   typename TestFixture::list list(4);
-  item a{1}, b{2}, c{3}, d{4}, e{5};
-  list.add_to(2, a);
-  list.add_to(0, b);
-  list.add_to(2, c);
-  list.add_to(0, d);
-  list.add_to(3, e);
+  const auto items = add_five_across_shards(list);
   EXPECT_EQ(ids_of(list.del_all().reverse()), (std::vector<int>{5, 1, 3, 2, 4}));
 }
 
