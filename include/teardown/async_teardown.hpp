@@ -1,7 +1,7 @@
 // teardown/async_teardown.hpp — the composition: toggle, eligibility, eager step, budget, queue.
 //
 // The kernel series' mmput_exit(), generalised to any type. put(item) either hands the item to
-// a reaper thread or tears it down on the caller, and says which and why:
+// a reaper thread (or a pool of them) or tears it down on the caller, and says which and why:
 //
 //     struct buffer_traits {
 //       std::uint64_t cost(const buffer& b) const { return b.bytes; }
@@ -12,6 +12,8 @@
 //     };
 //     teardown::async_teardown<buffer, &buffer::hook, buffer_traits> async({.threshold = 1 << 20});
 //     async.put(*b);                                  // returns a decision; never blocks on the reaper
+//     teardown::async_teardown<buffer, &buffer::hook, buffer_traits, teardown::static_key,
+//                              teardown::reaper_pool_workers> pooled({.pool = {.workers = 4}});
 //
 // put(item), in this order (each step is the kernel's but 4, seed 004's; the comments in put()
 // say why):
@@ -59,24 +61,39 @@
 //             queued_at(T&) -> uint64_t&        where put stores the enqueue time, so the reap
 //                                               trace point carries the wait
 //
+// The worker (Workers, the 5th template parameter; chosen at compile time):
+//   one_reaper (the default)  one reaper thread, as the kernel's single mm_reaper.
+//   reaper_pool_workers       a reaper_pool (reaper_pool.hpp; RFC open question 2): several
+//                             workers over sharded queues, with work stealing. opts.pool says
+//                             how many and how they steal; opts.reaper is every worker's options
+//                             (opts.pool.worker is ignored), the names getting "-<i>", so the
+//                             same options serve either policy. Each put goes to the putting
+//                             thread's worker; drain, flush, freeze, thaw and shutdown act on
+//                             every worker; the reaper's statistics are the workers' sums.
+// Everything below holds for either. The pool keeps no order between items that different
+// threads put (a steal may overtake), so drain's "oldest first" is per putting thread.
+//
 // Who may call what (the async_teardown must outlive every call)
 //   put, put_chain            any thread, concurrently. Lock-free apart from what Traits does
 //                             (prepare may block) and the inline teardowns it decides on.
 //                             put_chain takes a chain the caller built alone (llist_chain,
 //                             O(1) push_back) and queues or tears down all of it as one unit.
-//   drain                     any thread but the reaper's; blocking (tears down on the caller).
-//   flush, flush_for, freeze, thaw, shutdown   any thread but the reaper's; may block (see
-//                             reaper.hpp). After shutdown, put tears down inline.
+//   drain                     any thread but a worker; blocking (tears down on the caller).
+//   flush, flush_for, freeze, thaw, shutdown   any thread but a worker; may block (see
+//                             reaper.hpp, reaper_pool.hpp). After shutdown, put tears down
+//                             inline.
 //   enable, disable, set_enabled   any thread; writers serialize (static_key).
-//   set_threshold, set_max_pending, set_min_concurrent, the getters, stats, stalled
+//   set_threshold, set_max_pending, set_min_concurrent, the getters, stats, stalled,
+//   reaper_statistics, worker_count
 //                             any thread; wait-free (set_max_pending and set_min_concurrent
 //                             validate first and throw std::invalid_argument, changing nothing).
 //
-// Memory ordering: the item's contents reach the reaper through the llist (release add, acquire
-// del_all), the charge included, since it is written before the enqueue. The threshold, the
-// toggle, min_concurrent and the in-flight count are relaxed: they publish nothing (the count is
-// a load estimate; a stale reading only moves one decision between inline and queued). Counters
-// are relaxed except where a snapshot needs one counter's add to carry another's (see Counters).
+// Memory ordering: the item's contents reach the worker through its queue (release add, acquire
+// del_all; a pool's steal passes them on with the same pair), the charge included, since it is
+// written before the enqueue. The threshold, the toggle, min_concurrent and the in-flight count
+// are relaxed: they publish nothing (the count is a load estimate; a stale reading only moves
+// one decision between inline and queued). Counters are relaxed except where a snapshot needs
+// one counter's add to carry another's (see Counters).
 //
 // Counters (stats()): queued + sync = items put (put_chain counts each item of its chain);
 // rejected, stalled and uncontended are subsets of sync; reaped counts queued items torn down, by the reaper or by drain (drained is that subset);
@@ -85,9 +102,9 @@
 // likewise before queued), so a snapshot taken while puts run never shows a subset larger than
 // its superset, on any CPU.
 //
-// With Key = const_key<false> the deferred path is compiled out: no reaper thread, no counters,
-// no trace points, no in-flight count (min_concurrent is kept but unused); put() is
-// traits.destroy(item) and returns sync_disabled.
+// With Key = const_key<false> the deferred path is compiled out, whatever Workers says: no
+// worker thread, no counters, no trace points, no in-flight count (min_concurrent is kept but
+// unused); put() is traits.destroy(item) and returns sync_disabled; worker_count() is 0.
 #pragma once
 
 #include <sched.h>
@@ -97,6 +114,7 @@
 #include <atomic>
 #include <chrono>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -109,6 +127,7 @@
 #include "teardown/counter.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
+#include "teardown/reaper_pool.hpp"
 #include "teardown/static_key.hpp"
 #include "teardown/trace.hpp"
 
@@ -162,7 +181,32 @@ struct async_teardown_options {
   bool sync_when_stalled = true;              // the watchdog: see decision::sync_stalled
   std::uint32_t min_concurrent = 1;           // the gate: see decision::sync_uncontended; 1 is
                                               // off, 0 is refused (std::invalid_argument)
-  reaper_options reaper{.name = "async_teardown"};
+  reaper_options reaper{.name = "async_teardown"};  // the worker's; with a pool, every worker's
+  reaper_pool_options pool{};  // reaper_pool_workers only: workers, steal, steal_after; its
+                               // worker member is ignored (reaper above is used instead)
+};
+
+/// async_teardown's worker: one reaper thread (the default; the kernel's single mm_reaper).
+/// A Workers policy names the worker type, which offers reaper's enqueue, enqueue_chain,
+/// flush, flush_for, freeze, thaw, stop, reap_on_caller, stalled and stats, and builds the
+/// second argument of its constructor (after the teardown function) from the options.
+struct one_reaper {
+  template <class T, llist_node T::*Hook, class Fn>
+  using type = reaper<T, Hook, Fn>;
+  /// opts.reaper; opts.pool is unused.
+  static reaper_options worker_options(async_teardown_options&& opts) { return std::move(opts.reaper); }
+};
+
+/// ... or a pool of them (RFC open question 2): a reaper_pool over sharded queues.
+struct reaper_pool_workers {
+  template <class T, llist_node T::*Hook, class Fn>
+  using type = reaper_pool<T, Hook, Fn>;
+  /// opts.pool, with opts.reaper as every worker's options (opts.pool.worker is replaced).
+  static reaper_pool_options worker_options(async_teardown_options&& opts) {
+    reaper_pool_options pool = std::move(opts.pool);
+    pool.worker = std::move(opts.reaper);
+    return pool;
+  }
 };
 
 struct async_teardown_stats {
@@ -235,7 +279,7 @@ inline int current_cpu() noexcept {
 
 }  // namespace detail
 
-template <class T, llist_node T::*Hook, class Traits, class Key = static_key>
+template <class T, llist_node T::*Hook, class Traits, class Key = static_key, class Workers = one_reaper>
   requires teardown_traits<Traits, T>
 class async_teardown {
   static constexpr bool runtime_toggle = requires(Key& key) { key.set(true); };
@@ -245,12 +289,13 @@ class async_teardown {
     async_teardown* self;
     void operator()(T& item) const { self->reap(item); }
   };
-  using reaper_type = reaper<T, Hook, reap_fn>;
+  using reaper_type = typename Workers::template type<T, Hook, reap_fn>;
 
  public:
-  /// Starts the reaper (unless the deferred path is compiled out). Throws std::invalid_argument
-  /// if max_pending > budget::max_cap or min_concurrent == 0, std::system_error if the thread
-  /// cannot start.
+  /// Starts the worker(s) (unless the deferred path is compiled out). Throws
+  /// std::invalid_argument, starting nothing, if max_pending > budget::max_cap, min_concurrent
+  /// == 0, or (reaper_pool_workers) the pool's options are bad (see reaper_pool);
+  /// std::system_error if a thread cannot start (the workers made so far are stopped).
   explicit async_teardown(async_teardown_options opts = {}, Traits traits = Traits{})
       : traits_(std::move(traits)),
         toggle_(detail::make_key<Key>(opts.enabled)),
@@ -258,7 +303,7 @@ class async_teardown {
         min_concurrent_(validated_min_concurrent(opts.min_concurrent)),
         budget_(opts.max_pending),
         sync_when_stalled_(opts.sync_when_stalled),
-        reaper_(start_reaper(this, std::move(opts.reaper))) {}
+        reaper_(start_reaper(this, std::move(opts))) {}
 
   async_teardown(const async_teardown&) = delete;
   async_teardown& operator=(const async_teardown&) = delete;
@@ -366,7 +411,9 @@ class async_teardown {
 
   /// Pressure valve (RFC open question 1: the OOM path could drain the queue with a budget):
   /// tears down queued items on the caller, oldest first, taking each whose memoised charge
-  /// still fits in max_cost. Items the reaper already holds are left to it. Blocking.
+  /// still fits in max_cost. Items the reaper already holds are left to it. With a pool, the
+  /// workers' queues are visited in turn, each oldest first per putting thread, under one
+  /// max_cost. Blocking.
   drain_result drain(std::uint64_t max_cost) {
     drain_result result;
     if constexpr (!compiled_out) {
@@ -384,7 +431,7 @@ class async_teardown {
     return result;
   }
 
-  /// Blocks until everything queued before the call is torn down.
+  /// Blocks until everything queued before the call (to any worker) is torn down.
   void flush() {
     if constexpr (!compiled_out) reaper_->flush();
   }
@@ -394,10 +441,10 @@ class async_teardown {
     return true;
   }
 
-  /// Parks the reaper between items; nests. May block. Puts keep queuing behind a frozen
-  /// reaper until its oldest item has waited past the stall threshold; from then on the
-  /// watchdog (if on) tears new items down inline, as for a starved reaper: a frozen reaper
-  /// makes no progress either.
+  /// Parks the reaper (every worker of a pool) between items; nests. May block. Puts keep
+  /// queuing behind a frozen reaper until its oldest item has waited past the stall threshold;
+  /// from then on the watchdog (if on) tears new items down inline, as for a starved reaper: a
+  /// frozen reaper makes no progress either.
   void freeze() {
     if constexpr (!compiled_out) reaper_->freeze();
   }
@@ -407,8 +454,8 @@ class async_teardown {
     else reaper_->thaw();
   }
 
-  /// Tears down everything queued and joins the reaper; afterwards put tears down inline
-  /// (decision::sync_stopped). Idempotent. May block.
+  /// Tears down everything queued and joins the reaper (every worker); afterwards put tears
+  /// down inline (decision::sync_stopped). Idempotent. May block.
   void shutdown() {
     if constexpr (!compiled_out) {
       stopped_.store(true, std::memory_order_relaxed);
@@ -416,7 +463,8 @@ class async_teardown {
     }
   }
 
-  /// True when the reaper's oldest queued item has waited past its stall threshold.
+  /// True when the reaper's oldest queued item (in a pool: any worker's) has waited past its
+  /// stall threshold.
   bool stalled() const noexcept {
     if constexpr (compiled_out) return false;
     else return reaper_->stalled();
@@ -464,10 +512,23 @@ class async_teardown {
     return s;
   }
 
-  /// The reaper's own statistics (worker CPU, wake-ups, batches...).
+  /// The worker's own statistics (worker CPU, wake-ups, batches...); a pool's, summed over its
+  /// workers (reaper_pool::stats).
   reaper_stats reaper_statistics() const noexcept {
     if constexpr (compiled_out) return {};
     else return reaper_->stats();
+  }
+
+  /// How many worker threads tear down queued items: 1 for one_reaper, the pool's size for
+  /// reaper_pool_workers, 0 when the deferred path is compiled out. Fixed at construction.
+  std::size_t worker_count() const noexcept {
+    if constexpr (compiled_out) {
+      return 0;
+    } else if constexpr (requires(const reaper_type& workers) { workers.worker_count(); }) {
+      return reaper_->worker_count();
+    } else {
+      return 1;
+    }
   }
 
   Traits& traits() noexcept { return traits_; }
@@ -477,11 +538,13 @@ class async_teardown {
   // Constructs the reaper in place (the optional is initialized straight from the returned
   // prvalue): optional::emplace would first reset it, which GCC 12 reads, wrongly, as a possible
   // use of an uninitialized reaper (-Wmaybe-uninitialized at -O1 and above).
-  static std::optional<reaper_type> start_reaper(async_teardown* self, reaper_options opts) {
+  // The Workers policy turns the options into the worker's (a pool's from opts.pool and
+  // opts.reaper).
+  static std::optional<reaper_type> start_reaper(async_teardown* self, async_teardown_options&& opts) {
     if constexpr (compiled_out) {
       return std::nullopt;
     } else {
-      return std::optional<reaper_type>(std::in_place, reap_fn{self}, std::move(opts));
+      return std::optional<reaper_type>(std::in_place, reap_fn{self}, Workers::worker_options(std::move(opts)));
     }
   }
 

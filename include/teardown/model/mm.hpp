@@ -23,6 +23,14 @@
 //                 mark_oom_victim, oom_kill and the oom_reaper thread, reclaim, the knobs
 //                 (typed setters and a sysctl-style text interface; vm.oom_reap_direction among
 //                 them), flush, drain, freeze/thaw, a vmstat snapshot and oom_reap_stats.
+//   mm_reaper     basic_mm_system<Key, Workers>: Workers is async_teardown's worker policy.
+//                 mm_system (one_reaper) has the series' single mm_reaper thread;
+//                 pooled_mm_system (reaper_pool_workers) a pool of them (RFC open question 2),
+//                 sized by mm_system_options::pool, each worker named after
+//                 mm_system_options::reaper ("mm_reaper-0", ...) and taking its other options
+//                 from it. Everything below holds for either; "the mm_reaper" is the pool then,
+//                 and the pool keeps no order between mms that different threads queued. The
+//                 swap-release worker and the oom_reaper stay single threads.
 //
 // mmput_exit(mm), as in the series:
 //   if the decrement of mm_users is not the last: return
@@ -129,6 +137,7 @@
 
 #include "teardown/async_teardown.hpp"
 #include "teardown/reaper.hpp"
+#include "teardown/reaper_pool.hpp"
 
 namespace teardown::model {
 
@@ -424,16 +433,19 @@ struct mm_system_options {
   std::uint64_t min_concurrent_exits = 1;  // vm.async_mm_teardown_min_concurrent_exits: defer
                                           // only while at least this many final exits run at
                                           // once (seed 004); 1 is off, as in the series
-  reaper_options reaper{.name = "mm_reaper"};
+  reaper_options reaper{.name = "mm_reaper"};  // the mm_reaper's; in a pool, every worker's
   std::size_t swap_slots = 0;            // the swap device's size; 0: no swap (swap_out throws)
   bool swap_async_release = true;        // seed 004: exiting tasks hand swap entries to a worker
   std::uint32_t swap_min_exiting = 2;    // ... while at least this many final exits run at once
                                          // (NR_MIN_EXITING_PROCESSES); at least 1
+  reaper_pool_options pool{};            // pooled_mm_system only: workers, steal, steal_after
+                                         // (pool.worker is ignored: reaper above is used)
 };
 
 /// The kernel. Key = const_key<false> builds it with the deferral compiled out (the series'
-/// CONFIG_ASYNC_MM_TEARDOWN=n): no reaper thread, no toggle knob, every exit inline.
-template <class Key = static_key>
+/// CONFIG_ASYNC_MM_TEARDOWN=n): no reaper thread, no toggle knob, every exit inline. Workers
+/// picks the mm_reaper: one_reaper (the series') or reaper_pool_workers (a pool).
+template <class Key = static_key, class Workers = one_reaper>
 class basic_mm_system {
   struct mm_traits {
     basic_mm_system* system;
@@ -516,8 +528,8 @@ class basic_mm_system {
     std::atomic<bool> killed_{false};
   };
 
-  /// Throws std::invalid_argument (naming the knob) for a bad knob value, std::system_error if
-  /// the reaper cannot start.
+  /// Throws std::invalid_argument (naming the knob) for a bad knob value, or (pooled) for bad
+  /// pool options; std::system_error if the reaper cannot start.
   explicit basic_mm_system(mm_system_options opts = {})
       : swap_(opts.swap_slots == 0 ? nullptr : std::make_unique<swap_space>(opts.swap_slots)),
         swap_min_exiting_(validated_swap_min_exiting(opts.swap_min_exiting)),
@@ -916,6 +928,7 @@ class basic_mm_system {
 
   /// The budget's high-water mark of pending pages.
   std::uint64_t pending_high_water() const noexcept { return async_.stats().high_water; }
+  /// The mm_reaper's statistics (a pool's: its workers' sums).
   reaper_stats reaper_statistics() const noexcept { return async_.reaper_statistics(); }
   std::uint64_t oom_kills() const noexcept { return oom_kills_.load(std::memory_order_relaxed); }
   /// Teardowns of any kind (exit path, inline mmput, reaper, drain).
@@ -1275,6 +1288,7 @@ class basic_mm_system {
     out.sync_when_stalled = opts.sync_when_stalled;
     out.min_concurrent = validated_min_concurrent(opts.min_concurrent_exits);
     out.reaper = std::move(opts.reaper);
+    out.pool = std::move(opts.pool);
     return out;
   }
 
@@ -1314,10 +1328,12 @@ class basic_mm_system {
   reaper<oom_reap_request, &oom_reap_request::node, oom_reap_fn> oom_reaper_{
       oom_reap_fn{this}, reaper_options{.name = "oom_reaper", .nice = 0}};
   // Last: destroyed first, so the backlog is torn down while everything it uses is alive.
-  async_teardown<mm_struct, &mm_struct::reap_node, mm_traits, Key> async_;
+  async_teardown<mm_struct, &mm_struct::reap_node, mm_traits, Key, Workers> async_;
 };
 
 /// The kernel with the run-time toggle (vm.async_mm_teardown).
 using mm_system = basic_mm_system<>;
+/// The same with a pool of mm_reaper workers (mm_system_options::pool; RFC open question 2).
+using pooled_mm_system = basic_mm_system<static_key, reaper_pool_workers>;
 
 }  // namespace teardown::model
