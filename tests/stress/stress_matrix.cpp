@@ -1,28 +1,58 @@
 // The RFC's robustness matrix ("Robustness testing" in the cover letter of seed 000), run on the
 // model: one row per scenario, printed as a table with its counters and PASS/FAIL.
 //
-//   stress_matrix           short mode (CI): simulated memory, the RFC's sizes in pages
-//   stress_matrix --long    real memory (anonymous mappings, touched, unmapped by teardown) and
-//                           twice the repetitions; needs about 10 GiB of free RAM and a few
-//                           minutes (it faults in and frees some 80 GiB in all)
+//   stress_matrix                 short mode (CI): simulated memory, the RFC's sizes in pages
+//   stress_matrix --long          real memory (anonymous mappings, touched, unmapped by teardown)
+//                                 and twice the repetitions; needs about 10 GiB of free RAM and a
+//                                 few minutes (it faults in and frees some 80 GiB in all)
+//   stress_matrix --workers N     every row on pooled_mm_system, a reaper_pool of N mm_reaper
+//                                 workers (RFC open question 2; 1 <= N <= 1024), instead of
+//                                 mm_system's single mm_reaper; combines with --long
 //
-// Every row runs on a fresh mm_system and ends with the same checks: nothing lost and nothing
+// Every row runs on a fresh kernel (mm_system, or pooled_mm_system with opts.pool.workers = N and
+// the row's other options unchanged) and ends with the same checks: nothing lost and nothing
 // torn down twice (each mm's teardown count is exactly 1), queued + sync = final exits,
-// rejected <= sync, reaped = queued and pending = 0 after a flush, and the budget's cap held
-// throughout: a monitor thread samples the pending counter while the row runs, and the
-// budget's high-water mark (the largest total ever admitted) must stay at or under the cap.
-// Under add-then-check the counter itself may exceed the cap for an instant while a failing
-// reserve takes its charge back; the table counts those samples separately.
+// rejected <= sync, reaped = queued and pending = 0 after a flush, the mm_reaper's own
+// statistics (a pool's: its workers' sums) agreeing with vmstat (as many enqueued as queued, as
+// many reaped as reaped, none failed), and the budget's cap held throughout: a monitor thread
+// samples the pending counter while the row runs, and the budget's high-water mark (the
+// largest total ever admitted) must stay at or under the cap. Under add-then-check the counter
+// itself may exceed the cap for an instant while a failing reserve takes its charge back; the
+// table counts those samples separately.
 //
-// Exit status: 0 when every row passes.
+// With a pool (--workers N). A pool tears every queued mm down exactly once, and freeze, thaw,
+// flush, drain and shutdown act on every worker; it keeps no order between mms that different
+// threads queued, and its statistics are its workers' sums. Every row's checks hold for it as
+// they stand, unweakened and none skipped, because none relies on what a pool gives up:
+//   - the frozen-backlog rows (oom kill during backlog, toggle off mid-drain, freeze/thaw,
+//     charge memoisation, drain, shutdown, oom kill + drain while frozen) count reaped mms only
+//     after a flush, a shutdown or a drain, all of which cover every worker; "nothing reaped
+//     while frozen" holds because a pool's freeze parks every worker and refuses steals;
+//   - the only order checked is drain's oldest first, among mms one thread queued: kept by a
+//     pool (that thread's worker drains its queue oldest first; see pressure_drain);
+//   - backpressure and the kill storms test the budget and the gate on the exit path, which
+//     one budget and one in-flight count serve whichever worker takes the mm; the swap-batch
+//     storm runs with the deferral of mms off (its swap-release worker and the oom_reaper are
+//     single threads on either kernel), so on a pool it checks that the pool changes nothing;
+//   - no check assumes the mm_reaper is one thread: the trace recorder is locked, the reap
+//     events' sums do not depend on which thread tore what down, and the reaper statistics
+//     checks compare sums with sums.
+// Before the rows a pre-flight checks that the kernel really runs the mm_reaper threads asked
+// for (one "mm_reaper", or N named "mm_reaper-<i>"), so that a pool run cannot silently fall
+// back to one worker.
+//
+// Exit status: 0 when every row passes; 2 on a usage error.
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <latch>
 #include <map>
@@ -33,7 +63,9 @@
 #include <random>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "teardown/model/mm.hpp"
@@ -43,12 +75,21 @@ namespace {
 
 using teardown::decision;
 using namespace teardown::model;
-using task_ptr = std::unique_ptr<mm_system::task>;
+template <class System>
+using task_ptr = std::unique_ptr<typename System::task>;
 
 struct run_mode {
   backing memory = backing::simulated;
-  int repeat = 1;  // multiplies the repetition counts
+  int repeat = 1;           // multiplies the repetition counts
+  std::size_t workers = 0;  // --workers N: rows run on pooled_mm_system with N workers; 0: mm_system
 };
+
+// The row's options, with the pool sized as asked when the row runs on a pool.
+template <class System>
+mm_system_options for_system(mm_system_options opts, const run_mode& mode) {
+  if constexpr (std::is_same_v<System, pooled_mm_system>) opts.pool.workers = mode.workers;
+  return opts;
+}
 
 std::uint64_t gib_pages(double gib) {
   return static_cast<std::uint64_t>(gib * double(std::uint64_t{1} << 30)) / mm_system::page_size();
@@ -95,16 +136,20 @@ struct row {
   std::uint64_t high_water = 0;
   std::uint64_t samples = 0;
   std::uint64_t counter_over_cap = 0;
+  teardown::reaper_stats reaper;  // the mm_reaper's (a pool's: its workers' sums), after the final flush
   std::string detail;
   std::vector<std::string> failures;
 };
 
 // A fresh "kernel" for one scenario, the mms it created (each held with mmgrab so it can be
-// inspected after its teardown), and the cap monitor.
+// inspected after its teardown), and the cap monitor. System: mm_system or pooled_mm_system.
+template <class System>
 class scenario {
  public:
+  using task = typename System::task;
+
   scenario(std::string name, const run_mode& mode, mm_system_options opts)
-      : mode_(mode), system_(std::move(opts)) {
+      : mode_(mode), system_(for_system<System>(std::move(opts), mode)) {
     row_.name = std::move(name);
     recorder.clear();
     monitor_ = std::thread([this] { monitor(); });
@@ -113,34 +158,36 @@ class scenario {
   scenario& operator=(const scenario&) = delete;
   ~scenario() {
     stop_monitor();
-    for (mm_struct* mm : mms_) mm_system::mmdrop(*mm);
+    for (mm_struct* mm : mms_) System::mmdrop(*mm);
   }
 
-  mm_system& kernel() { return system_; }
+  System& kernel() { return system_; }
 
-  task_ptr spawn(std::uint64_t pages) {
-    task_ptr t = system_.spawn(pages, mode_.memory);
+  task_ptr<System> spawn(std::uint64_t pages) {
+    task_ptr<System> t = system_.spawn(pages, mode_.memory);
     track(*t->mm());
     return t;
   }
 
-  task_ptr clone_vm(mm_system::task& sharer) { return system_.clone_vm(sharer); }
+  task_ptr<System> clone_vm(task& sharer) { return system_.clone_vm(sharer); }
 
   // The task's exit, counted when it made the final mmput_exit.
-  std::optional<decision> exit(mm_system::task& t) {
+  std::optional<decision> exit(task& t) {
     std::optional<decision> d = t.exit();
     if (d) final_exits_.fetch_add(1, std::memory_order_relaxed);
     return d;
   }
 
-  std::uint64_t id_of(mm_system::task& t) { return t.mm()->id; }
+  std::uint64_t id_of(task& t) { return t.mm()->id; }
 
-  // Freezes the reaper and queues `count` exits of `pages` each behind it (the RFC's backlog).
+  // Freezes the reaper (a pool: every worker) and queues `count` exits of `pages` each behind
+  // it (the RFC's backlog), oldest first in the result. All from this thread, so on a pool they
+  // all go to this thread's worker, in this order.
   std::vector<mm_struct*> queue_frozen_backlog(int count, std::uint64_t pages) {
     system_.freeze();
     std::vector<mm_struct*> queued;
     for (int i = 0; i < count; ++i) {
-      task_ptr t = spawn(pages);
+      task_ptr<System> t = spawn(pages);
       queued.push_back(t->mm());
       check(exit(*t) == decision::queued, "a backlog exit was not queued");
     }
@@ -165,11 +212,18 @@ class scenario {
     row_.stats = v;
     row_.cap = system_.max_pending_pages();
     row_.high_water = system_.pending_high_water();
+    // After the flush, so every reaped count is in (a pool's: summed over its workers, a stolen
+    // mm counted as enqueued by its victim and reaped by its thief, so the sums still match).
+    row_.reaper = system_.reaper_statistics();
     check(v.queued + v.sync == row_.exits, "queued + sync != exits");
     check(v.rejected <= v.sync, "rejected > sync");
     check(v.stalled <= v.sync, "stalled > sync");
     check(v.reaped == v.queued, "reaped != queued after flush");
     check(v.pending_pages == 0, "pending != 0 after flush");
+    check(row_.reaper.enqueued == v.queued, "the mm_reaper's enqueued != vmstat queued");
+    check(row_.reaper.reaped == v.reaped, "the mm_reaper's reaped != vmstat reaped");
+    check(row_.reaper.inline_reaped >= v.drained, "the mm_reaper counted fewer caller teardowns than drained");
+    check(row_.reaper.errors == 0, "a teardown failed on the mm_reaper");
     check(row_.high_water <= row_.cap, "the budget admitted more than the cap");
     check(!monitor_saw_high_water_over_cap_, "monitor: high water above the cap");
     std::size_t lost = 0, twice = 0;
@@ -185,7 +239,7 @@ class scenario {
 
  private:
   void track(mm_struct& mm) {
-    mm_system::mmgrab(mm);
+    System::mmgrab(mm);
     const std::lock_guard guard(mms_lock_);
     mms_.push_back(&mm);
   }
@@ -206,7 +260,7 @@ class scenario {
   }
 
   const run_mode& mode_;
-  mm_system system_;
+  System system_;
   row row_;
   std::atomic<std::uint64_t> final_exits_{0};
   std::mutex mms_lock_;
@@ -225,12 +279,13 @@ mm_system_options feature_on(std::uint64_t cap_pages) {
 }
 
 // Exits every task at once, one thread each, and returns the decisions of the final exits.
-std::vector<decision> exit_in_parallel(scenario& s, std::vector<task_ptr>& tasks) {
+template <class System>
+std::vector<decision> exit_in_parallel(scenario<System>& s, std::vector<task_ptr<System>>& tasks) {
   std::latch start(static_cast<std::ptrdiff_t>(tasks.size()));
   std::mutex lock;
   std::vector<decision> decisions;
   std::vector<std::thread> threads;
-  for (task_ptr& t : tasks) {
+  for (task_ptr<System>& t : tasks) {
     threads.emplace_back([&, task = t.get()] {
       start.arrive_and_wait();
       if (auto d = s.exit(*task)) {
@@ -252,13 +307,14 @@ std::size_t count(const std::vector<decision>& ds, decision d) {
 
 // Cap 1 GiB, 8 parallel 0.5 GiB exits (reaper frozen, so the cap is what binds): only what fits
 // is queued, the rest falls back to sync, and the counters say so.
+template <class System>
 row backpressure(const run_mode& mode) {
-  scenario s("backpressure", mode, feature_on(gib_pages(1)));
+  scenario<System> s("backpressure", mode, feature_on(gib_pages(1)));
   std::size_t queued = 0, rejected = 0;
   const int rounds = 2 * mode.repeat;
   for (int round = 0; round < rounds; ++round) {
     s.kernel().freeze();
-    std::vector<task_ptr> tasks;
+    std::vector<task_ptr<System>> tasks;
     for (int i = 0; i < 8; ++i) tasks.push_back(s.spawn(gib_pages(0.5)));
     const std::vector<decision> ds = exit_in_parallel(s, tasks);
     s.check(count(ds, decision::queued) >= 1 && count(ds, decision::queued) <= 2,
@@ -277,11 +333,12 @@ row backpressure(const run_mode& mode) {
 
 // The OOM killer fires while 8 GiB of teardowns are queued: the victims (each with a CLONE_VM
 // sharer) tear down synchronously and are never queued; the backlog drains alongside.
+template <class System>
 row oom_kill_during_backlog(const run_mode& mode) {
-  scenario s("oom kill during 8 GiB backlog", mode, feature_on(gib_pages(12)));
+  scenario<System> s("oom kill during 8 GiB backlog", mode, feature_on(gib_pages(12)));
   s.queue_frozen_backlog(16, gib_pages(0.5));
   const int reps = 3 * mode.repeat;
-  std::vector<task_ptr> victims, sharers;
+  std::vector<task_ptr<System>> victims, sharers;
   std::vector<std::uint64_t> victim_ids;
   for (int i = 0; i < reps; ++i) {
     victims.push_back(s.spawn(gib_pages(0.5)));
@@ -292,7 +349,7 @@ row oom_kill_during_backlog(const run_mode& mode) {
   std::vector<std::thread> threads;
   std::atomic<int> victims_synced{0};
   for (int i = 0; i < reps; ++i) {
-    for (mm_system::task* t : {victims[static_cast<std::size_t>(i)].get(), sharers[static_cast<std::size_t>(i)].get()}) {
+    for (typename System::task* t : {victims[static_cast<std::size_t>(i)].get(), sharers[static_cast<std::size_t>(i)].get()}) {
       threads.emplace_back([&s, &victims_synced, t] {
         while (!t->killed()) std::this_thread::yield();  // a pending SIGKILL makes the task exit
         if (auto d = s.exit(*t)) {
@@ -303,7 +360,7 @@ row oom_kill_during_backlog(const run_mode& mode) {
     }
   }
   std::size_t killed = 0;
-  for (task_ptr& v : victims) killed += s.kernel().oom_kill(*v);
+  for (task_ptr<System>& v : victims) killed += s.kernel().oom_kill(*v);
   for (std::thread& t : threads) t.join();
   victims.clear();
   sharers.clear();
@@ -317,11 +374,12 @@ row oom_kill_during_backlog(const run_mode& mode) {
 // MMF_OOM_TARGETED probes, verified per mm through the queue trace point: a positive control
 // first (a plain exit of the same size IS queued), then victims marked by oom_kill and by
 // mark_oom_victim, and CLONE_VM pairs swept by one kill, exiting in either order.
+template <class System>
 row oom_targeted_probes(const run_mode& mode) {
-  scenario s("oom-targeted probes", mode, feature_on(gib_pages(12)));
+  scenario<System> s("oom-targeted probes", mode, feature_on(gib_pages(12)));
   // Twice the threshold: eligible by size, and cheap enough to repeat with real memory.
   const std::uint64_t size = 2 * s.kernel().thresh_pages();
-  task_ptr control = s.spawn(size);
+  task_ptr<System> control = s.spawn(size);
   const std::uint64_t control_id = s.id_of(*control);
   s.check(s.exit(*control) == decision::queued, "positive control: a plain large exit was not queued");
   s.kernel().flush();
@@ -330,7 +388,7 @@ row oom_targeted_probes(const run_mode& mode) {
   std::size_t probes = 0, pair_probes = 0;
   const int reps = static_cast<int>(teardown_test::scaled(20));
   for (int i = 0; i < reps; ++i) {
-    task_ptr victim = s.spawn(size);
+    task_ptr<System> victim = s.spawn(size);
     const std::uint64_t id = s.id_of(*victim);
     if (i % 2 == 0) {
       s.kernel().oom_kill(*victim);
@@ -341,11 +399,11 @@ row oom_targeted_probes(const run_mode& mode) {
     s.check(!recorder.was_queued(id), "a marked victim was queued");
     ++probes;
 
-    task_ptr first = s.spawn(size);
-    task_ptr second = s.clone_vm(*first);
+    task_ptr<System> first = s.spawn(size);
+    task_ptr<System> second = s.clone_vm(*first);
     const std::uint64_t pair_id = s.id_of(*first);
     s.check(s.kernel().oom_kill(i % 2 == 0 ? *first : *second) == 2, "the kill did not sweep both sharers");
-    std::vector<task_ptr> pair;
+    std::vector<task_ptr<System>> pair;
     pair.push_back(std::move(first));
     pair.push_back(std::move(second));
     if (i % 3 == 0) std::swap(pair[0], pair[1]);
@@ -360,14 +418,15 @@ row oom_targeted_probes(const run_mode& mode) {
 }
 
 // Disabling mid-drain: the backlog still drains, new exits go sync.
+template <class System>
 row toggle_mid_drain(const run_mode& mode) {
-  scenario s("toggle off mid-drain", mode, feature_on(gib_pages(12)));
+  scenario<System> s("toggle off mid-drain", mode, feature_on(gib_pages(12)));
   s.queue_frozen_backlog(16, gib_pages(0.5));
   s.kernel().set("vm.async_mm_teardown", "0");
   s.kernel().thaw();
   std::size_t disabled = 0;
   for (int i = 0; i < 8; ++i) {
-    task_ptr t = s.spawn(gib_pages(0.5));
+    task_ptr<System> t = s.spawn(gib_pages(0.5));
     disabled += s.exit(*t) == decision::sync_disabled;
   }
   s.kernel().flush();
@@ -378,8 +437,9 @@ row toggle_mid_drain(const run_mode& mode) {
 }
 
 // 50 rapid toggle cycles while exits run on other threads.
+template <class System>
 row toggle_cycles(const run_mode& mode) {
-  scenario s("50 toggle cycles under exits", mode, feature_on(gib_pages(4)));
+  scenario<System> s("50 toggle cycles under exits", mode, feature_on(gib_pages(4)));
   std::atomic<bool> done{false};
   std::vector<std::thread> exiters;
   const std::uint64_t thresh = s.kernel().thresh_pages();
@@ -389,9 +449,9 @@ row toggle_cycles(const run_mode& mode) {
       // At least a few exits per thread, then until the toggler is done.
       for (int n = 0; n < 8 || !done.load(std::memory_order_relaxed); ++n) {
         // Around the threshold: some ineligible, most eligible; small enough for real memory.
-        task_ptr t = s.spawn(thresh / 2 + rng() % (thresh * 2));
+        task_ptr<System> t = s.spawn(thresh / 2 + rng() % (thresh * 2));
         if (n % 4 == 0) {
-          task_ptr sharer = s.clone_vm(*t);
+          task_ptr<System> sharer = s.clone_vm(*t);
           (void)s.exit(*sharer);
         }
         (void)s.exit(*t);
@@ -413,14 +473,15 @@ row toggle_cycles(const run_mode& mode) {
 
 // The freezer with a backlog queued: nothing is torn down while frozen; after thaw the backlog
 // drains and the async path works again.
+template <class System>
 row freeze_thaw(const run_mode& mode) {
-  scenario s("freeze with backlog, thaw", mode, feature_on(gib_pages(12)));
+  scenario<System> s("freeze with backlog, thaw", mode, feature_on(gib_pages(12)));
   s.queue_frozen_backlog(16, gib_pages(0.5));
   s.check(s.kernel().vmstat().reaped == 0, "the reaper tore down while frozen");
   s.kernel().thaw();
   s.kernel().flush();
   s.check(s.kernel().vmstat().reaped == 16, "the backlog did not drain after thaw");
-  task_ptr after = s.spawn(gib_pages(0.5));
+  task_ptr<System> after = s.spawn(gib_pages(0.5));
   s.check(s.exit(*after) == decision::queued, "the async path did not work after thaw");
   s.detail("16 x 0.5 GiB held while frozen, drained after thaw; a new exit queued");
   return s.finish();
@@ -428,8 +489,9 @@ row freeze_thaw(const run_mode& mode) {
 
 // Reclaim shrinks the RSS of queued mms: the reaper releases the memoised charge, so pending
 // returns to exactly 0; the reap trace point shows the gap.
+template <class System>
 row charge_memoisation(const run_mode& mode) {
-  scenario s("charge memoisation under reclaim", mode, feature_on(gib_pages(12)));
+  scenario<System> s("charge memoisation under reclaim", mode, feature_on(gib_pages(12)));
   const std::vector<mm_struct*> queued = s.queue_frozen_backlog(16, gib_pages(0.5));
   const std::uint64_t charged = s.kernel().vmstat().pending_pages;
   std::uint64_t reclaimed = 0;
@@ -452,12 +514,21 @@ row charge_memoisation(const run_mode& mode) {
 
 // A pressure drain (RFC open question 1): with the reaper frozen, drain(2 GiB) tears down the
 // oldest queued mms on the caller; the rest are reaped after thaw.
+// Oldest first is checked as what both kernels promise: among the mms one thread queued. The
+// whole backlog is queued by this thread, so with one mm_reaper the four oldest of its queue are
+// the first four queued; a pool keeps no order between threads, but this thread's mms all went
+// to its own worker, in order, no steal moves them while the pool is frozen, and drain takes
+// each worker's queue oldest first: the same four.
+template <class System>
 row pressure_drain(const run_mode& mode) {
-  scenario s("drain(2 GiB) with backlog", mode, feature_on(gib_pages(12)));
-  s.queue_frozen_backlog(16, gib_pages(0.5));
+  scenario<System> s("drain(2 GiB) with backlog", mode, feature_on(gib_pages(12)));
+  const std::vector<mm_struct*> queued = s.queue_frozen_backlog(16, gib_pages(0.5));
   const teardown::drain_result drained = s.kernel().drain(gib_pages(2));
   s.check(drained.items == 4, "drain(2 GiB) did not take exactly four 0.5 GiB mms");
   s.check(s.kernel().vmstat().drained == 4, "vmstat drained != 4");
+  std::size_t oldest_taken = 0, newer_taken = 0;
+  for (std::size_t i = 0; i < queued.size(); ++i) (i < 4 ? oldest_taken : newer_taken) += queued[i]->teardowns.load();
+  s.check(oldest_taken == 4 && newer_taken == 0, "drain did not take this thread's four oldest queued mms");
   s.kernel().thaw();
   s.detail("drained " + std::to_string(drained.items) + " mms (" + std::to_string(drained.cost) +
            " pages) on the caller; the rest reaped");
@@ -466,12 +537,13 @@ row pressure_drain(const run_mode& mode) {
 
 // Shutdown with a backlog (and the reaper frozen): everything queued is torn down; later exits
 // go sync.
+template <class System>
 row shutdown_with_backlog(const run_mode& mode) {
-  scenario s("shutdown with backlog", mode, feature_on(gib_pages(12)));
+  scenario<System> s("shutdown with backlog", mode, feature_on(gib_pages(12)));
   s.queue_frozen_backlog(16, gib_pages(0.5));
   s.kernel().shutdown();
   s.check(s.kernel().vmstat().reaped == 16, "shutdown left part of the backlog");
-  task_ptr after = s.spawn(gib_pages(0.5));
+  task_ptr<System> after = s.spawn(gib_pages(0.5));
   s.check(s.exit(*after) == decision::sync_stopped, "an exit after shutdown was not sync_stopped");
   s.detail("16 x 0.5 GiB backlog torn down by shutdown (frozen reaper); a later exit sync");
   return s.finish();
@@ -483,14 +555,15 @@ row shutdown_with_backlog(const run_mode& mode) {
 // blocks in exit_aio right after deciding (the eager one if queued, the teardown's if inline),
 // and the requests complete only once all 32 are blocked. All 32 decide while none has left, so
 // at most the first 3 to enter can count fewer than 4 exits in flight.
+template <class System>
 row kill_storm_gate(const run_mode& mode) {
   constexpr std::size_t storm = 32;
   constexpr std::uint64_t gate = 4;
   mm_system_options opts = feature_on(gib_pages(12));
   opts.min_concurrent_exits = gate;
-  scenario s("kill storm, gate at 4", mode, std::move(opts));
+  scenario<System> s("kill storm, gate at 4", mode, std::move(opts));
   const std::uint64_t size = 2 * s.kernel().thresh_pages();  // eligible; 4 GiB in all with real memory
-  std::vector<task_ptr> tasks;
+  std::vector<task_ptr<System>> tasks;
   std::vector<mm_struct*> blocked;  // held by the scenario (mmgrab) until it ends
   for (std::size_t i = 0; i < storm; ++i) {
     tasks.push_back(s.spawn(size));
@@ -502,7 +575,7 @@ row kill_storm_gate(const run_mode& mode) {
   std::mutex lock;
   std::vector<decision> ds;
   std::vector<std::thread> threads;
-  for (task_ptr& t : tasks) {
+  for (task_ptr<System>& t : tasks) {
     threads.emplace_back([&, task = t.get()] {
       start.arrive_and_wait();
       if (auto d = s.exit(*task)) {
@@ -523,7 +596,7 @@ row kill_storm_gate(const run_mode& mode) {
   s.check(uncontended <= gate - 1, std::to_string(uncontended) + " storm exits uncontended, expected at most 3");
   s.check(queued > 0, "the storm queued nothing");
   s.kernel().flush();
-  task_ptr lone = s.spawn(size);
+  task_ptr<System> lone = s.spawn(size);
   s.check(s.exit(*lone) == decision::sync_uncontended, "a lone exit after the storm was not sync_uncontended");
   const vmstat v = s.kernel().vmstat();
   s.check(v.uncontended == uncontended + 1, "vmstat uncontended does not match the decisions");
@@ -551,15 +624,16 @@ const swap_batch_allocator every_third_fails{
 // (one CAS); an exit whose allocation fails queues the batches it built and releases the rest
 // itself. Afterwards a lone exit releases inline. Nothing lost, nothing released twice: the swap
 // device is empty again and every entry was counted once, batched or inline.
+template <class System>
 row swap_batch_storm(const run_mode& mode) {
   constexpr std::size_t storm = 32;
   mm_system_options opts;
   opts.swap_slots = std::size_t{1} << 18;
   opts.swap_min_exiting = 2;
-  scenario s("kill storm, swap batches", mode, std::move(opts));
+  scenario<System> s("kill storm, swap batches", mode, std::move(opts));
   s.kernel().set_swap_batch_allocator(every_third_fails);
   const std::uint64_t size = gib_pages(0.125);  // 1 GiB in all with real memory
-  std::vector<task_ptr> tasks;
+  std::vector<task_ptr<System>> tasks;
   std::vector<mm_struct*> blocked;
   std::uint64_t swapped = 0;
   for (std::size_t i = 0; i < storm; ++i) {
@@ -571,7 +645,7 @@ row swap_batch_storm(const run_mode& mode) {
   s.check(blocked.size() == storm, "an AIO request was refused: the storm would not overlap");
   std::latch start(static_cast<std::ptrdiff_t>(storm));
   std::vector<std::thread> threads;
-  for (task_ptr& t : tasks) {
+  for (task_ptr<System>& t : tasks) {
     threads.emplace_back([&, task = t.get()] {
       start.arrive_and_wait();
       s.check(s.exit(*task) == decision::sync_disabled, "a storm exit did not tear down on its own thread");
@@ -585,7 +659,7 @@ row swap_batch_storm(const run_mode& mode) {
   tasks.clear();
   s.kernel().flush();
   const swap_release_stats storm_stats = s.kernel().swap_statistics();
-  task_ptr lone = s.spawn(size);
+  task_ptr<System> lone = s.spawn(size);
   swapped += s.kernel().swap_out(*lone->mm(), 3500);
   (void)s.exit(*lone);
   s.kernel().flush();
@@ -605,7 +679,7 @@ row swap_batch_storm(const run_mode& mode) {
   return s.finish();
 }
 
-// The walk's record for one mm, read under its mmap_lock.// The walk's record for one mm, read under its mmap_lock.
+// The walk's record for one mm, read under its mmap_lock.
 chunk_walk walk_of(mm_struct& mm) {
   const std::lock_guard guard(mm.mmap_lock);
   return mm.walk;
@@ -614,11 +688,12 @@ chunk_walk walk_of(mm_struct& mm) {
 // Thaw on urgency (seed 003's patch 1): with the mm_reaper frozen over a 16 x 0.5 GiB backlog,
 // an OOM kill of a CLONE_VM pair (the last exit synchronous, the oom_reaper on the same mm) and
 // a pressure drain of 2 GiB both release memory before the thaw.
+template <class System>
 row oom_kill_while_frozen(const run_mode& mode) {
-  scenario s("oom kill + drain, reaper frozen", mode, feature_on(gib_pages(12)));
+  scenario<System> s("oom kill + drain, reaper frozen", mode, feature_on(gib_pages(12)));
   s.queue_frozen_backlog(16, gib_pages(0.5));
-  task_ptr owner = s.spawn(gib_pages(0.5));
-  task_ptr victim = s.clone_vm(*owner);  // the victim shares the owner's mm
+  task_ptr<System> owner = s.spawn(gib_pages(0.5));
+  task_ptr<System> victim = s.clone_vm(*owner);  // the victim shares the owner's mm
   mm_struct* mm = victim->mm();          // held by the scenario (mmgrab) until it ends
   s.check(s.kernel().oom_kill(*victim) == 2, "the kill did not sweep the owner too");
   s.check(!s.exit(*victim).has_value(), "the victim's exit was the last");
@@ -644,8 +719,9 @@ row oom_kill_while_frozen(const run_mode& mode) {
 // The oom_reaper racing its victims' exits from each end in turn: CLONE_VM pairs, both holders
 // exiting on their own threads the moment they are killed. Each mm is torn down once, and the
 // pages the two sides released add up to the RSS, per mm and in all.
+template <class System>
 row oom_reaper_race(const run_mode& mode) {
-  scenario s("oom reaper race, both ends", mode, feature_on(gib_pages(12)));
+  scenario<System> s("oom reaper race, both ends", mode, feature_on(gib_pages(12)));
   const std::uint64_t size = mode.memory == backing::real ? gib_pages(0.25) : gib_pages(0.5);
   const int reps = 4 * mode.repeat;
   std::string split;
@@ -653,11 +729,11 @@ row oom_reaper_race(const run_mode& mode) {
     s.kernel().set_oom_reap_direction(direction);
     const oom_reap_stats before = s.kernel().oom_reap_statistics();
     for (int i = 0; i < reps; ++i) {
-      task_ptr first = s.spawn(size);
-      task_ptr second = s.clone_vm(*first);
+      task_ptr<System> first = s.spawn(size);
+      task_ptr<System> second = s.clone_vm(*first);
       mm_struct* mm = first->mm();
       std::vector<std::thread> exits;
-      for (mm_system::task* t : {first.get(), second.get()}) {
+      for (typename System::task* t : {first.get(), second.get()}) {
         exits.emplace_back([&s, t] {
           while (!t->killed()) std::this_thread::yield();
           if (auto d = s.exit(*t)) s.check(*d == decision::sync_ineligible, "a killed pair's last exit was not sync");
@@ -685,10 +761,46 @@ row oom_reaper_race(const run_mode& mode) {
   return s.finish();
 }
 
+// Threads of this process named as the mm_reaper (mm_system's "mm_reaper") or as a pool worker
+// ("mm_reaper-<i>"), from /proc/self/task/*/comm.
+std::size_t mm_reaper_threads() {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && (name == "mm_reaper" || name.rfind("mm_reaper-", 0) == 0)) ++n;
+  }
+  return n;
+}
+
+// The pre-flight: a kernel built with the rows' options runs 1 (mm_system) or mode.workers
+// (pooled_mm_system) mm_reaper threads. Each worker names itself when it starts, so this waits
+// for them (up to 10 s). Prints only on failure.
+template <class System>
+bool preflight(const run_mode& mode) {
+  const std::size_t expected = std::is_same_v<System, pooled_mm_system> ? mode.workers : 1;
+  std::size_t seen = 0;
+  {
+    System kernel(for_system<System>(feature_on(gib_pages(1)), mode));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((seen = mm_reaper_threads()) < expected && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  if (seen != expected) {
+    std::printf("pre-flight FAIL: the kernel runs %zu mm_reaper thread(s), expected %zu\n\n", seen, expected);
+  }
+  return seen == expected;
+}
+
 void print(const std::vector<row>& rows, const run_mode& mode) {
-  std::printf("teardown stress matrix (%s memory, page %zu B, 0.5 GiB = %llu pages)\n\n",
+  const std::string reapers = mode.workers == 0   ? std::string("1 mm_reaper")
+                              : mode.workers == 1 ? std::string("pool of 1 mm_reaper")
+                                                  : "pool of " + std::to_string(mode.workers) + " mm_reapers";
+  std::printf("teardown stress matrix (%s memory, page %zu B, 0.5 GiB = %llu pages, %s)\n\n",
               mode.memory == backing::real ? "real" : "simulated", mm_system::page_size(),
-              static_cast<unsigned long long>(gib_pages(0.5)));
+              static_cast<unsigned long long>(gib_pages(0.5)), reapers.c_str());
   std::printf("%-32s %6s %6s %6s %6s %6s %7s %9s %9s %7s %6s\n", "scenario", "exits", "queued", "sync", "reject",
               "reaped", "pending", "max_admit", "cap", "over*", "result");
   for (const row& r : rows) {
@@ -703,8 +815,38 @@ void print(const std::vector<row>& rows, const run_mode& mode) {
               "  reserve taking its charge back); max_admit, the budget's high-water mark, is what was admitted.\n\n");
   for (const row& r : rows) {
     std::printf("%s: %s\n", r.name.c_str(), r.detail.c_str());
+    if (mode.workers != 0) {
+      std::printf("  pool, workers' sums: %llu enqueued, %llu reaped (%llu stolen, %llu on callers)\n",
+                  static_cast<unsigned long long>(r.reaper.enqueued), static_cast<unsigned long long>(r.reaper.reaped),
+                  static_cast<unsigned long long>(r.reaper.stolen),
+                  static_cast<unsigned long long>(r.reaper.inline_reaped));
+    }
     for (const std::string& f : r.failures) std::printf("  FAIL: %s\n", f.c_str());
   }
+}
+
+template <class System>
+std::vector<row> run_rows(const run_mode& mode) {
+  std::vector<row> rows;
+  for (auto* scenario_fn : {&backpressure<System>, &oom_kill_during_backlog<System>, &oom_targeted_probes<System>,
+                            &toggle_mid_drain<System>, &toggle_cycles<System>, &freeze_thaw<System>,
+                            &charge_memoisation<System>, &pressure_drain<System>, &shutdown_with_backlog<System>,
+                            &kill_storm_gate<System>, &swap_batch_storm<System>, &oom_kill_while_frozen<System>,
+                            &oom_reaper_race<System>}) {
+    rows.push_back(scenario_fn(mode));
+  }
+  return rows;
+}
+
+// --workers' argument: a decimal count in [1, reaper_pool's max_workers]; nullopt otherwise.
+std::optional<std::size_t> parse_workers(const char* text) {
+  std::size_t n = 0;
+  const char* end = text + std::strlen(text);
+  const auto [at, ec] = std::from_chars(text, end, n);
+  if (ec != std::errc{} || at != end || text == end || n == 0 || n > teardown::detail::reaper_pool_max_workers) {
+    return std::nullopt;
+  }
+  return n;
 }
 
 }  // namespace
@@ -715,25 +857,26 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--long") == 0) {
       mode.memory = backing::real;
       mode.repeat = 2;
+    } else if (std::strcmp(argv[i], "--workers") == 0 && i + 1 < argc && parse_workers(argv[i + 1])) {
+      mode.workers = *parse_workers(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--long]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--long] [--workers N]   (N: mm_reaper pool size, 1 to %zu)\n", argv[0],
+                   teardown::detail::reaper_pool_max_workers);
       return 2;
     }
   }
+  const bool pool = mode.workers != 0;
+  const bool preflight_ok = pool ? preflight<pooled_mm_system>(mode) : preflight<mm_system>(mode);
+
   teardown::trace::set_hook<teardown::trace::queue_event>(&on_queue);
   teardown::trace::set_hook<teardown::trace::reap_event>(&on_reap);
-
-  std::vector<row> rows;
-  for (auto* scenario_fn : {&backpressure, &oom_kill_during_backlog, &oom_targeted_probes, &toggle_mid_drain,
-                            &toggle_cycles, &freeze_thaw, &charge_memoisation, &pressure_drain, &shutdown_with_backlog,
-                            &kill_storm_gate, &swap_batch_storm, &oom_kill_while_frozen, &oom_reaper_race}) {
-    rows.push_back(scenario_fn(mode));
-  }
+  const std::vector<row> rows = pool ? run_rows<pooled_mm_system>(mode) : run_rows<mm_system>(mode);
   teardown::trace::clear_hook<teardown::trace::queue_event>();
   teardown::trace::clear_hook<teardown::trace::reap_event>();
 
   print(rows, mode);
-  const bool all_pass = std::all_of(rows.begin(), rows.end(), [](const row& r) { return r.failures.empty(); });
-  std::printf("\n%s\n", all_pass ? "ALL PASS" : "SOME ROWS FAILED");
+  const bool all_pass =
+      preflight_ok && std::all_of(rows.begin(), rows.end(), [](const row& r) { return r.failures.empty(); });
+  std::printf("\n%s\n", all_pass ? "ALL PASS" : preflight_ok ? "SOME ROWS FAILED" : "PRE-FLIGHT FAILED");
   return all_pass ? 0 : 1;
 }
