@@ -17,6 +17,7 @@
 #include <new>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "reaper_test_support.hpp"
@@ -315,11 +316,15 @@ TEST_F(SwapReleaseTest, BatchesBuiltAfterShutdownAreReleasedInlineAtOnce) {
 // every swap entry is released exactly once and every page freed. (The gate is off here so
 // that every exit gathers; the stress matrix runs the gated kill storm.)
 TEST_F(SwapReleaseStressTest, ConcurrentExitsWithFailingAllocationsReleaseEveryEntryOnce) {
-  mm_system kernel(with_swap(1));
+  // Room for every entry at once: the worker may lag behind all the exits (the seed review's
+  // "higher peak usage"), and a full device would make swap_out throw on a producer thread.
+  mm_system_options opts = with_swap(1);
+  opts.swap_slots = std::size_t{1} << 20;
+  mm_system kernel(std::move(opts));
   kernel.set_swap_batch_allocator(failing_allocator);
   failing.reset(3, 0);
   const std::size_t threads = 4;
-  const std::size_t exits_per_thread = scaled(40);
+  const std::size_t exits_per_thread = scaled(40);  // at most 4 x 40 x 2600 = 416000 entries
   std::vector<std::thread> exiting;
   std::atomic<std::uint64_t> swapped{0};
   for (std::size_t t = 0; t < threads; ++t) {
