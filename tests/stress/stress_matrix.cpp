@@ -299,6 +299,40 @@ std::vector<decision> exit_in_parallel(scenario<System>& s, std::vector<task_ptr
   return decisions;
 }
 
+// A storm that overlaps for certain: each task's mm gets an AIO request in flight, so every exit
+// blocks in exit_aio right after deciding (the eager one if queued, the teardown's if inline);
+// the requests complete only once every exit is blocked, so all decide while none has left.
+// Exits every task, one thread each, and returns the decisions of the final exits.
+template <class System>
+std::vector<decision> exit_storm_held_by_aio(scenario<System>& s, std::vector<task_ptr<System>>& tasks) {
+  std::vector<mm_struct*> blocked;  // held by the scenario (mmgrab) until it ends
+  for (task_ptr<System>& t : tasks) {
+    mm_struct* mm = t->mm();
+    if (mm->aio.submit()) blocked.push_back(mm);
+  }
+  s.check(blocked.size() == tasks.size(), "an AIO request was refused: the storm would not overlap");
+  std::latch start(static_cast<std::ptrdiff_t>(tasks.size()));
+  std::mutex lock;
+  std::vector<decision> ds;
+  std::vector<std::thread> threads;
+  for (task_ptr<System>& t : tasks) {
+    threads.emplace_back([&, task = t.get()] {
+      start.arrive_and_wait();
+      if (auto d = s.exit(*task)) {
+        const std::lock_guard guard(lock);
+        ds.push_back(*d);
+      }
+    });
+  }
+  for (mm_struct* mm : blocked) {
+    while (mm->aio.exit_calls() == 0) std::this_thread::yield();  // decided, and blocked
+  }
+  for (mm_struct* mm : blocked) mm->aio.complete();
+  for (std::thread& t : threads) t.join();
+  tasks.clear();
+  return ds;
+}
+
 std::size_t count(const std::vector<decision>& ds, decision d) {
   return static_cast<std::size_t>(std::count(ds.begin(), ds.end(), d));
 }
@@ -564,32 +598,8 @@ row kill_storm_gate(const run_mode& mode) {
   scenario<System> s("kill storm, gate at 4", mode, std::move(opts));
   const std::uint64_t size = 2 * s.kernel().thresh_pages();  // eligible; 4 GiB in all with real memory
   std::vector<task_ptr<System>> tasks;
-  std::vector<mm_struct*> blocked;  // held by the scenario (mmgrab) until it ends
-  for (std::size_t i = 0; i < storm; ++i) {
-    tasks.push_back(s.spawn(size));
-    mm_struct* mm = tasks.back()->mm();
-    if (mm->aio.submit()) blocked.push_back(mm);
-  }
-  s.check(blocked.size() == storm, "an AIO request was refused: the storm would not overlap");
-  std::latch start(static_cast<std::ptrdiff_t>(storm));
-  std::mutex lock;
-  std::vector<decision> ds;
-  std::vector<std::thread> threads;
-  for (task_ptr<System>& t : tasks) {
-    threads.emplace_back([&, task = t.get()] {
-      start.arrive_and_wait();
-      if (auto d = s.exit(*task)) {
-        const std::lock_guard guard(lock);
-        ds.push_back(*d);
-      }
-    });
-  }
-  for (mm_struct* mm : blocked) {
-    while (mm->aio.exit_calls() == 0) std::this_thread::yield();  // decided, and blocked
-  }
-  for (mm_struct* mm : blocked) mm->aio.complete();
-  for (std::thread& t : threads) t.join();
-  tasks.clear();
+  for (std::size_t i = 0; i < storm; ++i) tasks.push_back(s.spawn(size));
+  const std::vector<decision> ds = exit_storm_held_by_aio(s, tasks);
   const std::size_t queued = count(ds, decision::queued);
   const std::size_t uncontended = count(ds, decision::sync_uncontended);
   s.check(queued + uncontended == storm, "a storm exit was neither queued nor uncontended");
@@ -634,29 +644,14 @@ row swap_batch_storm(const run_mode& mode) {
   s.kernel().set_swap_batch_allocator(every_third_fails);
   const std::uint64_t size = gib_pages(0.125);  // 1 GiB in all with real memory
   std::vector<task_ptr<System>> tasks;
-  std::vector<mm_struct*> blocked;
   std::uint64_t swapped = 0;
   for (std::size_t i = 0; i < storm; ++i) {
     tasks.push_back(s.spawn(size));
-    mm_struct* mm = tasks.back()->mm();
-    swapped += s.kernel().swap_out(*mm, 3500 + 97 * i);  // 3 to 4 batches each
-    if (mm->aio.submit()) blocked.push_back(mm);
+    swapped += s.kernel().swap_out(*tasks.back()->mm(), 3500 + 97 * i);  // 3 to 4 batches each
   }
-  s.check(blocked.size() == storm, "an AIO request was refused: the storm would not overlap");
-  std::latch start(static_cast<std::ptrdiff_t>(storm));
-  std::vector<std::thread> threads;
-  for (task_ptr<System>& t : tasks) {
-    threads.emplace_back([&, task = t.get()] {
-      start.arrive_and_wait();
-      s.check(s.exit(*task) == decision::sync_disabled, "a storm exit did not tear down on its own thread");
-    });
-  }
-  for (mm_struct* mm : blocked) {
-    while (mm->aio.exit_calls() == 0) std::this_thread::yield();  // in its teardown, blocked
-  }
-  for (mm_struct* mm : blocked) mm->aio.complete();
-  for (std::thread& t : threads) t.join();
-  tasks.clear();
+  const std::vector<decision> ds = exit_storm_held_by_aio(s, tasks);
+  s.check(ds.size() == storm && count(ds, decision::sync_disabled) == storm,
+          "a storm exit did not tear down on its own thread");
   s.kernel().flush();
   const swap_release_stats storm_stats = s.kernel().swap_statistics();
   task_ptr<System> lone = s.spawn(size);
