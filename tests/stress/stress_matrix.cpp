@@ -279,8 +279,10 @@ mm_system_options feature_on(std::uint64_t cap_pages) {
 }
 
 // Exits every task at once, one thread each, and returns the decisions of the final exits.
-template <class System>
-std::vector<decision> exit_in_parallel(scenario<System>& s, std::vector<task_ptr<System>>& tasks) {
+// while_exiting() runs on the calling thread after the exits are started, before they are joined.
+template <class System, class WhileExiting = void (*)()>
+std::vector<decision> exit_in_parallel(scenario<System>& s, std::vector<task_ptr<System>>& tasks,
+                                       WhileExiting while_exiting = [] {}) {
   std::latch start(static_cast<std::ptrdiff_t>(tasks.size()));
   std::mutex lock;
   std::vector<decision> decisions;
@@ -294,6 +296,7 @@ std::vector<decision> exit_in_parallel(scenario<System>& s, std::vector<task_ptr
       }
     });
   }
+  while_exiting();
   for (std::thread& t : threads) t.join();
   tasks.clear();
   return decisions;
@@ -302,7 +305,6 @@ std::vector<decision> exit_in_parallel(scenario<System>& s, std::vector<task_ptr
 // A storm that overlaps for certain: each task's mm gets an AIO request in flight, so every exit
 // blocks in exit_aio right after deciding (the eager one if queued, the teardown's if inline);
 // the requests complete only once every exit is blocked, so all decide while none has left.
-// Exits every task, one thread each, and returns the decisions of the final exits.
 template <class System>
 std::vector<decision> exit_storm_held_by_aio(scenario<System>& s, std::vector<task_ptr<System>>& tasks) {
   std::vector<mm_struct*> blocked;  // held by the scenario (mmgrab) until it ends
@@ -311,26 +313,12 @@ std::vector<decision> exit_storm_held_by_aio(scenario<System>& s, std::vector<ta
     if (mm->aio.submit()) blocked.push_back(mm);
   }
   s.check(blocked.size() == tasks.size(), "an AIO request was refused: the storm would not overlap");
-  std::latch start(static_cast<std::ptrdiff_t>(tasks.size()));
-  std::mutex lock;
-  std::vector<decision> ds;
-  std::vector<std::thread> threads;
-  for (task_ptr<System>& t : tasks) {
-    threads.emplace_back([&, task = t.get()] {
-      start.arrive_and_wait();
-      if (auto d = s.exit(*task)) {
-        const std::lock_guard guard(lock);
-        ds.push_back(*d);
-      }
-    });
-  }
-  for (mm_struct* mm : blocked) {
-    while (mm->aio.exit_calls() == 0) std::this_thread::yield();  // decided, and blocked
-  }
-  for (mm_struct* mm : blocked) mm->aio.complete();
-  for (std::thread& t : threads) t.join();
-  tasks.clear();
-  return ds;
+  return exit_in_parallel(s, tasks, [&] {
+    for (mm_struct* mm : blocked) {
+      while (mm->aio.exit_calls() == 0) std::this_thread::yield();  // decided, and blocked
+    }
+    for (mm_struct* mm : blocked) mm->aio.complete();
+  });
 }
 
 std::size_t count(const std::vector<decision>& ds, decision d) {
