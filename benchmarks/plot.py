@@ -17,9 +17,6 @@ A Google Benchmark figure is the median over repetitions (the only run when not 
 bars are one standard deviation of items/s, when repeated. exit_matrix figures are medians with
 min/max error bars.
 """
-import json
-import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -29,15 +26,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
+from bench_json import bench_runs, load, machine_line  # noqa: E402  (beside this file)
+
 SEED_LABEL = "seed (bare metal, 32 CPUs)"
 ASYNC_STYLE = {"off": ("tab:red", "o"), "on": ("tab:blue", "s"), "compiled_out": ("tab:gray", "^")}
-
-
-def load(path):
-    if not path.exists():
-        print(f"plot.py: {path} not found", file=sys.stderr)
-        return None
-    return json.loads(path.read_text())
 
 
 def stat(value):
@@ -51,51 +43,6 @@ def errorbar(ax, xs, stats, **style):
     ax.errorbar(xs, medians, capsize=3, **style,
                 yerr=[[m - s["min"] for m, s in zip(medians, stats)],
                       [s["max"] - m for m, s in zip(medians, stats)]])
-
-
-def bench_runs(doc):
-    """Google Benchmark JSON -> {case: {threads: (ns per op, all threads together; (low, high))}}.
-
-    The case is the registered name without the suffixes Google Benchmark appends to it.
-    """
-    medians, plain, spread = {}, {}, {}
-    for run in doc.get("benchmarks", []):
-        if run.get("error_occurred") or "items_per_second" not in run:
-            continue
-        case = re.sub(r"/(real_time|process_time|manual_time|threads:\d+|iterations:\d+|"
-                      r"repeats:\d+|min_time:[\d.]+s?)", "", run["run_name"])
-        key = (case, run["threads"])
-        if run["run_type"] != "aggregate":
-            plain.setdefault(key, []).append(run["items_per_second"])
-        elif run["aggregate_name"] == "median":
-            medians[key] = [run["items_per_second"]]
-        elif run["aggregate_name"] == "stddev":
-            spread[key] = run["items_per_second"]
-    per_second = {**plain, **medians}
-    table = {}
-    for (case, threads), values in per_second.items():
-        rate = statistics.median(values)
-        sd = spread.get((case, threads), statistics.stdev(values) if len(values) > 1 else 0)
-        low, high = 1e9 / (rate + sd), 1e9 / max(rate - sd, rate * 1e-3)
-        table.setdefault(case, {})[threads] = (1e9 / rate, (low, high))
-    return table
-
-
-def machine_line(out_dir, matrix):
-    """The machine as exit_matrix saw it, else as run.sh described it; run.sh's date either way."""
-    path = out_dir / "machine.txt"
-    text = path.read_text() if path.exists() else ""
-    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-    date = f", {fields['date']}" if "date" in fields else ""
-    if matrix and "machine" in matrix:
-        m = matrix["machine"]
-        return (f"{m.get('cpu_model', '?')}, {m.get('cpus', '?')} CPUs, "
-                f"{m.get('mem_total_gib', 0):.0f} GiB, kernel {m.get('kernel', '?')}{date}")
-    if fields:
-        memory = fields.get("memory", "?").split(" (")[0]
-        return (f"{fields.get('cpu model', '?')}, {fields.get('cpus (nproc)', '?')} CPUs, "
-                f"{memory}, kernel {fields.get('kernel', '?')}{date}")
-    return "machine not recorded"
 
 
 def save(fig, title, machine, path, shared_legend=False):
@@ -316,9 +263,9 @@ def main(argv):
             if (doc := load(out_dir / f"{name}.json"))}
 
     if "llist_bench" in runs:
-        plot_scaling(runs["llist_bench"], ["llist/std", "llist/ao", "peer/ck_stack_upmc",
-                     "peer/urcu_lfs", "peer/boost_lockfree_stack", "peer/mutex_vector",
-                     "limit/fetch_add"], "limit/fetch_add", "time", None,
+        plot_scaling(runs["llist_bench"], ["llist/std", "sharded_llist/std", "llist/ao",
+                     "peer/ck_stack_upmc", "peer/urcu_lfs", "peer/boost_lockfree_stack",
+                     "peer/mutex_vector", "limit/fetch_add"], "limit/fetch_add", "time", None,
                      "producer threads (+1 consumer thread)", img_dir / "llist_scaling.png",
                      "llist: push cost by producers, against its peers and a contended fetch_add",
                      machine)

@@ -60,21 +60,11 @@ rm -f "$out_dir"/{llist_bench,gate_bench,reaper_bench,batch_bench,exit_matrix,rf
 bin=build/bench/benchmarks
 wrote=()
 
-describe_machine() {
-  local model
-  model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
-  echo "cpu model: ${model:-unknown}"
-  echo "cpus (nproc): $(nproc)"
-  awk '/^MemTotal:/ { printf "memory: %.1f GiB (MemTotal %d kB)\n", $2 / 1048576, $2 }' \
-    /proc/meminfo
-  echo "kernel: $(uname -r)"
-  echo "compiler: $(g++ --version | head -n 1)"
-  echo "google benchmark: $(dpkg-query -W -f='${Version}' libbenchmark-dev 2>/dev/null)"
-  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  if $quick; then echo "mode: --quick (smoke test, 0.01 s per case, no repetitions)"; fi
-}
-describe_machine >"$out_dir/machine.txt"
+# shellcheck source=benchmarks/describe_machine.sh
+source benchmarks/describe_machine.sh
+mode=()
+if $quick; then mode=("mode: --quick (smoke test, 0.01 s per case, no repetitions)"); fi
+describe_machine "$(build_lines)" "${mode[@]}" >"$out_dir/machine.txt"
 wrote+=("$out_dir/machine.txt")
 cat "$out_dir/machine.txt"
 
