@@ -135,25 +135,29 @@ if $quick; then
   process_args=(--quick)
 else
   llist_args=(--benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
-  # M = 2 x CPUs items of 0.5 GiB: on the seed's 32 CPUs, its 32 concurrent exits and more.
+  # M = 2 x CPUs items of 0.5 GiB: 32 on 16 CPUs, as many as the seed's concurrent exits.
   pool_args=(--m $((2 * cpus)) --max-gib "$cpus")
   process_args=(--sizes "1,4,16")
 fi
 
+# run NAME ARGS...: one program, its console output into NAME.txt; then scaling.md again, so
+# that a run cut short (a time limit on a borrowed machine) still leaves a report of what ended.
+run() {
+  local name=$1
+  shift
+  echo "==> $name $*"
+  "${launch[@]}" "$bin/$name" "$@" 2>&1 | tee "$out_dir/$name.txt"
+  python3 "$here/scaling.py" "$out_dir" >"$out_dir/scaling.md"
+}
+
 started=$SECONDS
-echo "==> llist_bench ${llist_args[*]}"
-"${launch[@]}" "$bin/llist_bench" "${llist_args[@]}" --benchmark_format=console \
-  --benchmark_out="$out_dir/llist_bench.json" --benchmark_out_format=json 2>&1 \
-  | tee "$out_dir/llist_bench.txt"
-echo "==> pool_bench ${pool_args[*]}"
-"${launch[@]}" "$bin/pool_bench" "${pool_args[@]}" --out "$out_dir/pool_bench.json" 2>&1 \
-  | tee "$out_dir/pool_bench.txt"
-echo "==> process_bench ${process_args[*]}"
-"${launch[@]}" "$bin/process_bench" "${process_args[@]}" --out "$out_dir/process_bench.json" \
-  2>&1 | tee "$out_dir/process_bench.txt"
+# The two goals first; process_bench, the longest (it populates 16 GiB on one thread), last.
+run llist_bench "${llist_args[@]}" --benchmark_format=console \
+  --benchmark_out="$out_dir/llist_bench.json" --benchmark_out_format=json
+run pool_bench "${pool_args[@]}" --out "$out_dir/pool_bench.json"
+run process_bench "${process_args[@]}" --out "$out_dir/process_bench.json"
 echo "==> the programs took $((SECONDS - started)) s"
 
-python3 "$here/scaling.py" "$out_dir" >"$out_dir/scaling.md"
 echo
 cat "$out_dir/scaling.md"
 echo
