@@ -62,6 +62,13 @@ def llist_table(doc):
                      " | ".join(f"{ratios[p]:.2f}" if p in ratios else "" for p in producers) +
                      " |")
         ratio = ratios[max(ratios)] if ratios else None
+    if producers:
+        # The issue quotes each producer's own cost per push (792 ns for a CAS list at 16): the
+        # time all producers together take for one push, times the producers.
+        top = max(producers)
+        each = [f"`{c}` {three(table[c][top][0] * top)} ns"
+                for c in (SINGLE_HEAD, SHARDED, "limit/fetch_add") if top in table.get(c, {})]
+        lines += ["", f"Each producer's own cost per push at {top}: " + ", ".join(each) + "."]
     return lines, ratio, max(producers) if producers else None
 
 
