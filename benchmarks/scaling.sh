@@ -10,7 +10,7 @@
 #   OUT_DIR   where machine.txt, scaling.md and llist_bench, pool_bench, process_bench .json and
 #             .txt go (8 files); default benchmarks/results/scaling-<N>cpus (N = nproc), or
 #             ./scaling-<N>cpus when run from a pack
-#   --quick   a smoke test of about a minute (three llist cases, 0.01 s each, and the other
+#   --quick   a smoke test of seconds (three llist cases, 0.01 s each, and the other
 #             programs' --quick); its figures are not for publishing
 #   --pack    builds the programs here, then copies them, every shared library they load
 #             (glibc's loader too) and the scripts they need into DIR (default .scaling-pack,
