@@ -226,6 +226,10 @@ TEST(MemoryLimitTest, CgroupTheMountDoesNotShowGivesNoFigure) {
   tree.cgroup("0::/elsewhere\n");
   tree.mountinfo("700 690 0:23 /docker/4f1e /sys/fs/cgroup rw - cgroup2 cgroup rw\n");
   EXPECT_EQ(tree.limit(), physical);
+  tree.cgroup("0::/..dotted\n");  // a name that only starts with two dots is inside
+  tree.mountinfo(v2_mountinfo);
+  tree.write("/sys/fs/cgroup/..dotted/memory.max", bytes(2 * gib));
+  EXPECT_EQ(tree.limit(), 1 * gib) << "its own 2 GiB and the namespace root's 1 GiB";
 }
 
 TEST(MemoryLimitTest, MissingFilesGivePhysicalMemoryOrZero) {

@@ -40,7 +40,12 @@
 //   stats, enabled, threshold, max_pending, set_threshold
 //                       any thread; wait-free.
 //   enable, disable, set_enabled, set_max_pending
-//                       any thread; writers serialize (may block briefly).
+//                       any thread; writers serialize (may block briefly). set_max_pending on
+//                       a domain sharing a budget sets the shared cap.
+//   default_max_pending, default_budget, default_options
+//                       any thread. default_max_pending reads memory_limit() (a few small
+//                       files; noexcept). default_budget's first call creates the budget
+//                       (thread-safe; may throw std::bad_alloc); later calls are wait-free.
 //   deferred::default_domain, deferred::flush, deferred::stats
 //                       any thread, any time, even during and after static destruction (see
 //                       below). The first call creates the domain (thread-safe, blocking; it

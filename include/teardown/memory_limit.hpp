@@ -240,7 +240,9 @@ struct limit_walk {
 inline bool relative_path(std::string_view cgroup, std::string_view mount_root, std::string_view& suffix) noexcept {
   cgroup = without_trailing_slashes(cgroup);
   mount_root = without_trailing_slashes(mount_root);
-  if (cgroup.find("/..") != std::string_view::npos) return false;  // outside the namespace
+  for (std::size_t at = cgroup.find("/.."); at != std::string_view::npos; at = cgroup.find("/..", at + 1)) {
+    if (at + 3 == cgroup.size() || cgroup[at + 3] == '/') return false;  // outside the namespace
+  }
   if (cgroup.substr(0, mount_root.size()) != mount_root) return false;
   suffix = cgroup.substr(mount_root.size());
   return suffix.empty() || suffix.front() == '/';
