@@ -23,6 +23,7 @@
 #include <functional>
 #include <iterator>
 #include <latch>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -1538,6 +1539,116 @@ TEST_F(AsyncTeardownStressTest, ProducersRacingShutdownLoseNothing) {
   EXPECT_EQ(s.queued + s.sync, items.size());
   EXPECT_EQ(s.reaped, s.queued);
   EXPECT_EQ(s.pending, 0u);
+  const auto once = std::count_if(items.begin(), items.end(), [](const item& i) { return i.destroyed.load() == 1; });
+  EXPECT_EQ(static_cast<std::size_t>(once), items.size());
+}
+
+// --- One budget shared by several compositions --------------------------------------------------
+
+TEST_F(AsyncTeardownTest, SharedBudgetCapsTwoCompositionsTogether) {
+  auto items = make_items({60, 50, 40, 50});
+  const auto shared = std::make_shared<teardown::budget>(100);
+  item_async first({.shared_budget = shared}, traits());
+  item_async second({.shared_budget = shared}, traits());
+  first.freeze();
+  second.freeze();
+  EXPECT_EQ(first.put(items[0]), decision::queued);
+  EXPECT_EQ(second.put(items[1]), decision::sync_rejected)
+      << "50 fits a cap of 100 on its own, but the other composition holds 60 of the shared 100";
+  EXPECT_EQ(second.put(items[2]), decision::queued) << "40 fits what is left";
+  EXPECT_EQ(shared->pending(), 100u);
+  EXPECT_EQ(first.stats().pending, 100u) << "pending is the shared budget's: every sharer's charges";
+  EXPECT_EQ(second.stats().pending, 100u);
+  EXPECT_EQ(second.stats().rejected, 1u);
+  EXPECT_EQ(first.stats().rejected, 0u) << "the decision counters stay each composition's own";
+  EXPECT_EQ(first.max_pending(), 100u);
+  first.thaw();
+  first.flush();
+  EXPECT_EQ(shared->pending(), 40u) << "the first composition's reaper released its 60 to the shared budget";
+  EXPECT_EQ(second.put(items[3]), decision::queued) << "the released charge is room for the other composition";
+  second.thaw();
+  second.flush();
+  EXPECT_EQ(shared->pending(), 0u);
+  EXPECT_EQ(shared->high_water(), 100u);
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << i.id;
+}
+
+TEST_F(AsyncTeardownTest, CompositionDestroyedWithQueuedItemsReleasesThemToTheSharedBudget) {
+  auto items = make_items({70});
+  const auto shared = std::make_shared<teardown::budget>(100);
+  {
+    item_async async({.shared_budget = shared}, traits());
+    async.freeze();
+    EXPECT_EQ(async.put(items[0]), decision::queued);
+    EXPECT_EQ(shared->pending(), 70u);
+  }
+  EXPECT_EQ(items[0].destroyed.load(), 1);
+  EXPECT_EQ(shared->pending(), 0u);
+  EXPECT_EQ(shared.use_count(), 1) << "the composition let go of the shared budget";
+}
+
+TEST_F(AsyncTeardownTest, MaxPendingAlongWithASharedBudgetIsRefused) {
+  const auto shared = std::make_shared<teardown::budget>(100);
+  try {
+    item_async async({.max_pending = 50, .shared_budget = shared}, traits());
+    FAIL() << "constructed with both max_pending and shared_budget";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("teardown::async_teardown"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shared_budget"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(shared->cap(), 100u) << "nothing changed";
+  EXPECT_EQ(shared.use_count(), 1);
+}
+
+TEST_F(AsyncTeardownTest, SetMaxPendingOnASharedBudgetSetsTheSharedCap) {
+  auto items = make_items({60});
+  const auto shared = std::make_shared<teardown::budget>(100);
+  item_async first({.shared_budget = shared}, traits());
+  item_async second({.shared_budget = shared}, traits());
+  first.set_max_pending(50);
+  EXPECT_EQ(shared->cap(), 50u);
+  EXPECT_EQ(second.max_pending(), 50u) << "one cap for every sharer";
+  EXPECT_EQ(second.put(items[0]), decision::sync_rejected);
+  EXPECT_THROW(second.set_max_pending(teardown::budget::max_cap + 1), std::invalid_argument);
+  EXPECT_EQ(shared->cap(), 50u) << "a refused cap changes nothing";
+}
+
+// Two compositions, each with its own producers, on one small shared budget: the budget's
+// high-water mark never passes the cap, every item is destroyed once, and the counters add up.
+TEST_F(AsyncTeardownStressTest, TwoCompositionsOnASharedBudgetNeverOverAdmitTogether) {
+  constexpr std::size_t producers_each = 2;
+  constexpr std::uint64_t cap = 3000;
+  constexpr std::uint64_t max_cost = 200;
+  const std::size_t per_producer = scaled(10'000);
+  auto items = random_items(2 * producers_each * per_producer, max_cost, 7);
+  const auto shared = std::make_shared<teardown::budget>(cap);
+  const async_teardown_options opts{.threshold = 10, .shared_budget = shared,
+                                    .reaper = {.name = "async_teardown", .nice = 0}};
+  item_async first(opts, traits());
+  item_async second(opts, traits());
+  std::latch go(2 * producers_each);
+  std::vector<std::thread> threads;
+  for (std::size_t p = 0; p < 2 * producers_each; ++p) {
+    threads.emplace_back([&, p] {
+      item_async& async = p % 2 == 0 ? first : second;
+      go.arrive_and_wait();
+      for (std::size_t i = 0; i < per_producer; ++i) {
+        (void)async.put(items[p * per_producer + i]);
+        if (i % 16 == 0) std::this_thread::yield();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  first.flush();
+  second.flush();
+  const teardown::async_teardown_stats a = first.stats();
+  const teardown::async_teardown_stats b = second.stats();
+  EXPECT_EQ(a.queued + a.sync + b.queued + b.sync, items.size());
+  EXPECT_EQ(a.reaped, a.queued);
+  EXPECT_EQ(b.reaped, b.queued);
+  EXPECT_GT(a.queued + b.queued, 0u);
+  EXPECT_EQ(shared->pending(), 0u);
+  EXPECT_LE(shared->high_water(), cap);
   const auto once = std::count_if(items.begin(), items.end(), [](const item& i) { return i.destroyed.load() == 1; });
   EXPECT_EQ(static_cast<std::size_t>(once), items.size());
 }

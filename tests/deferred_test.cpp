@@ -874,5 +874,100 @@ TEST_F(DeferredStressTest, ManyThreadsUnmapEachMappingExactlyOnce) {
   EXPECT_EQ(stats.pending_bytes, 0u);
 }
 
+// --- One cap for every domain made from default_options() ------------------------------------
+
+// The room left on a default-options domain's budget, the default domain flushed first (nothing
+// else in this process holds a charge on it then).
+std::uint64_t room_on_the_budget_of(const deferred_domain& domain) {
+  teardown::deferred::flush();
+  const teardown::deferred_stats s = domain.stats();
+  return s.max_pending - s.pending_bytes;
+}
+
+TEST_F(DeferredTest, TwoDefaultOptionsDomainsShareOneCap) {
+  deferred_domain first(test_options());
+  deferred_domain second(test_options());
+  first.freeze();
+  second.freeze();
+  destruction_log filler, refused, later;
+  const std::uint64_t room = room_on_the_budget_of(first);
+  EXPECT_EQ(first.delete_object(new tracked{&filler, room}), decision::queued);
+  EXPECT_EQ(second.delete_object(new tracked{&refused, 64 * kib}), decision::sync_rejected)
+      << "64 KiB fits a quarter of memory, but the other domain holds the whole shared cap";
+  EXPECT_EQ(refused.count(), 1);
+  EXPECT_EQ(refused.thread(), this_thread_name());
+  EXPECT_EQ(second.stats().pending_bytes, first.stats().pending_bytes) << "pending_bytes is the shared budget's";
+  EXPECT_EQ(second.stats().rejected, 1u);
+  first.thaw();
+  first.flush();
+  EXPECT_EQ(filler.count(), 1);
+  EXPECT_EQ(second.delete_object(new tracked{&later, 64 * kib}), decision::queued)
+      << "the first domain's release made room for the second";
+  second.thaw();
+  second.flush();
+  EXPECT_EQ(later.count(), 1);
+  EXPECT_EQ(second.stats().pending_bytes, 0u);
+}
+
+TEST_F(DeferredTest, DefaultDomainSharesTheCapOfDefaultOptionsDomains) {
+  deferred_domain mine(test_options());
+  mine.freeze();
+  destruction_log filler, refused, later;
+  const std::uint64_t room = room_on_the_budget_of(mine);
+  EXPECT_EQ(mine.delete_object(new tracked{&filler, room}), decision::queued);
+  EXPECT_EQ(teardown::deferred_delete(new tracked{&refused, 64 * kib}), decision::sync_rejected)
+      << "the default domain is one of the sharers";
+  EXPECT_EQ(refused.count(), 1);
+  EXPECT_EQ(teardown::deferred::stats().pending_bytes, mine.stats().pending_bytes);
+  mine.thaw();
+  mine.flush();
+  EXPECT_EQ(teardown::deferred_delete(new tracked{&later, 64 * kib}), decision::queued);
+  teardown::deferred::flush();
+  EXPECT_EQ(later.count(), 1);
+}
+
+TEST_F(DeferredTest, DefaultOptionsNameTheOneProcessWideBudget) {
+  const teardown::async_teardown_options opts = deferred_domain::default_options();
+  ASSERT_NE(opts.shared_budget, nullptr);
+  EXPECT_EQ(opts.shared_budget, deferred_domain::default_budget());
+  EXPECT_EQ(deferred_domain::default_options().shared_budget, opts.shared_budget) << "one budget, not one per call";
+  EXPECT_EQ(opts.max_pending, teardown::budget::max_cap) << "left unset: the shared budget's cap is the cap";
+  EXPECT_EQ(deferred_domain::default_budget()->cap(), deferred_domain::default_max_pending());
+  EXPECT_EQ(teardown::deferred::default_domain().max_pending(), deferred_domain::default_max_pending());
+}
+
+TEST_F(DeferredTest, MaxPendingSetOnDefaultOptionsGivesTheDomainABudgetOfItsOwn) {
+  teardown::async_teardown_options opts = test_options();
+  opts.max_pending = 3 * mib;
+  deferred_domain own(opts);
+  deferred_domain sharing(test_options());
+  own.freeze();
+  teardown::deferred::flush();
+  const std::uint64_t shared_before = deferred_domain::default_budget()->pending();
+  destruction_log log;
+  EXPECT_EQ(own.delete_object(new tracked{&log, 3 * mib}), decision::queued);
+  EXPECT_EQ(own.max_pending(), 3 * mib);
+  EXPECT_EQ(own.stats().pending_bytes, 3 * mib);
+  EXPECT_EQ(sharing.max_pending(), deferred_domain::default_max_pending()) << "the shared cap is untouched";
+  EXPECT_EQ(deferred_domain::default_budget()->pending(), shared_before) << "the charge is on the domain's own budget";
+  own.thaw();
+  own.flush();
+  EXPECT_EQ(log.count(), 1);
+}
+
+TEST_F(DeferredTest, SetMaxPendingOnADefaultOptionsDomainSetsTheSharedCap) {
+  deferred_domain first(test_options());
+  deferred_domain second(test_options());
+  const std::uint64_t before = first.max_pending();
+  struct restore_cap {
+    std::uint64_t cap;
+    ~restore_cap() { deferred_domain::default_budget()->set_cap(cap); }
+  } restore{before};
+  first.set_max_pending(before / 2);
+  EXPECT_EQ(second.max_pending(), before / 2);
+  EXPECT_EQ(teardown::deferred::default_domain().max_pending(), before / 2);
+  EXPECT_EQ(deferred_domain::default_budget()->cap(), before / 2);
+}
+
 }  // namespace
 }  // namespace teardown_test

@@ -61,6 +61,10 @@
 //             queued_at(T&) -> uint64_t&        where put stores the enqueue time, so the reap
 //                                               trace point carries the wait
 //
+// One cap for several compositions: opts.shared_budget. Each reserves from and releases to the
+// shared budget exactly as to its own (step 7; the reaper's release), so budget.hpp's cap
+// invariant holds for all of them together. set_max_pending then sets the shared cap.
+//
 // The worker (Workers, the 5th template parameter; chosen at compile time):
 //   one_reaper (the default)  one reaper thread, as the kernel's single mm_reaper.
 //   reaper_pool_workers       a reaper_pool (reaper_pool.hpp; RFC open question 2): several
@@ -97,7 +101,8 @@
 //
 // Counters (stats()): queued + sync = items put (put_chain counts each item of its chain);
 // rejected, stalled and uncontended are subsets of sync; reaped counts queued items torn down, by the reaper or by drain (drained is that subset);
-// once flush() returns with no put running, reaped == queued and pending == 0. A subset is
+// once flush() returns with no put running, reaped == queued and pending == 0 (on a shared
+// budget, pending is every sharer's: 0 once each has flushed). A subset is
 // added after its superset, with release, and the snapshot reads it first, with acquire (reaped
 // likewise before queued), so a snapshot taken while puts run never shows a subset larger than
 // its superset, on any CPU.
@@ -117,6 +122,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -178,6 +184,10 @@ struct async_teardown_options {
   bool enabled = true;                        // the toggle's initial state (a const_key ignores it)
   std::uint64_t threshold = 0;                // items costing less are torn down inline
   std::uint64_t max_pending = budget::max_cap;  // the budget's cap, in cost units
+  // A budget shared with other compositions (one cap for all of them), or null: a budget of
+  // its own with cap max_pending. With one, leave max_pending at its default (the shared
+  // budget's cap is the cap): anything else is refused (std::invalid_argument).
+  std::shared_ptr<budget> shared_budget = nullptr;
   bool sync_when_stalled = true;              // the watchdog: see decision::sync_stalled
   std::uint32_t min_concurrent = 1;           // the gate: see decision::sync_uncontended; 1 is
                                               // off, 0 is refused (std::invalid_argument)
@@ -221,6 +231,7 @@ struct async_teardown_stats {
   std::uint64_t pending = 0;     // the budget: charged and not yet released, in cost units
   std::uint64_t cap = 0;         // the budget's cap
   std::uint64_t high_water = 0;  // the budget's highest pending
+  // On a shared budget these three are the shared budget's: every sharer's charges together.
 };
 
 /// What drain() tore down on the caller.
@@ -293,15 +304,16 @@ class async_teardown {
 
  public:
   /// Starts the worker(s) (unless the deferred path is compiled out). Throws
-  /// std::invalid_argument, starting nothing, if max_pending > budget::max_cap, min_concurrent
-  /// == 0, or (reaper_pool_workers) the pool's options are bad (see reaper_pool);
+  /// std::invalid_argument, starting nothing, if max_pending > budget::max_cap (or is set
+  /// along with shared_budget), min_concurrent == 0, or (reaper_pool_workers) the pool's options are bad (see reaper_pool);
   /// std::system_error if a thread cannot start (the workers made so far are stopped).
   explicit async_teardown(async_teardown_options opts = {}, Traits traits = Traits{})
       : traits_(std::move(traits)),
         toggle_(detail::make_key<Key>(opts.enabled)),
         threshold_(opts.threshold),
         min_concurrent_(validated_min_concurrent(opts.min_concurrent)),
-        budget_(opts.max_pending),
+        budget_owner_(make_budget(opts)),
+        budget_(*budget_owner_),
         sync_when_stalled_(opts.sync_when_stalled),
         reaper_(start_reaper(this, std::move(opts))) {}
 
@@ -487,7 +499,8 @@ class async_teardown {
   }
   std::uint64_t max_pending() const noexcept { return budget_.cap(); }
   /// Throws std::invalid_argument, changing nothing, above budget::max_cap. Lowering it below
-  /// what is pending queues nothing new until the reaper brings pending under it.
+  /// what is pending queues nothing new until the reaper brings pending under it. On a shared
+  /// budget this sets the shared cap, for every composition sharing it (see shared_budget).
   void set_max_pending(std::uint64_t cap) { budget_.set_cap(cap); }
 
   /// A snapshot; see "Counters" in the header comment.
@@ -546,6 +559,17 @@ class async_teardown {
     } else {
       return std::optional<reaper_type>(std::in_place, reap_fn{self}, Workers::worker_options(std::move(opts)));
     }
+  }
+
+  // The budget puts reserve from: the shared one, or one of its own (validating max_pending).
+  static std::shared_ptr<budget> make_budget(const async_teardown_options& opts) {
+    if (opts.shared_budget == nullptr) return std::make_shared<budget>(opts.max_pending);
+    if (opts.max_pending != budget::max_cap) {
+      throw std::invalid_argument("teardown::async_teardown: max_pending (" + std::to_string(opts.max_pending) +
+                                  ") and shared_budget are both set: a composition on a shared budget has no "
+                                  "cap of its own (set shared_budget to null for one)");
+    }
+    return opts.shared_budget;
   }
 
   static std::uint32_t validated_min_concurrent(std::uint32_t puts) {
@@ -650,7 +674,9 @@ class async_teardown {
   Key toggle_;
   std::atomic<std::uint64_t> threshold_;
   std::atomic<std::uint32_t> min_concurrent_;
-  budget budget_;
+  // Its own budget, or the shared one (kept alive here while items charged to it are queued).
+  std::shared_ptr<budget> budget_owner_;
+  budget& budget_;
   const bool sync_when_stalled_;
   std::atomic<bool> stopped_{false};
   // Written by every put while the gate is on: a line of its own, so that it never invalidates

@@ -40,7 +40,12 @@
 //   stats, enabled, threshold, max_pending, set_threshold
 //                       any thread; wait-free.
 //   enable, disable, set_enabled, set_max_pending
-//                       any thread; writers serialize (may block briefly).
+//                       any thread; writers serialize (may block briefly). set_max_pending on
+//                       a domain sharing a budget sets the shared cap.
+//   default_max_pending, default_budget, default_options
+//                       any thread. default_max_pending reads memory_limit() (a few small
+//                       files; noexcept). default_budget's first call creates the budget
+//                       (thread-safe; may throw std::bad_alloc); later calls are wait-free.
 //   deferred::default_domain, deferred::flush, deferred::stats
 //                       any thread, any time, even during and after static destruction (see
 //                       below). The first call creates the domain (thread-safe, blocking; it
@@ -70,9 +75,13 @@
 //                         reaper, and freeing a small block costs about as much. glibc serves
 //                         blocks from 128 KiB up (its initial mmap threshold) with mmap and
 //                         gives them back with munmap: those are worth deferring.
-//   max_pending = a quarter of memory: the smaller of physical RAM and this process's cgroup v2
-//                         memory.max, in bytes. Deferring holds memory longer; this caps how
-//                         much. Set it explicitly where another limit applies (RLIMIT_AS).
+//   max_pending = a quarter of memory (memory_limit.hpp: the tightest of physical RAM and
+//                         every cgroup v1/v2 memory limit above this process), in bytes, ONE
+//                         cap shared by every domain made from default_options(), the default
+//                         domain included (default_budget()): N such domains hold a quarter,
+//                         not N quarters. Deferring holds memory longer; this caps how much.
+//                         Set max_pending on default_options() for a budget of the domain's
+//                         own; set it where another limit applies (RLIMIT_AS).
 //   sync_when_stalled = true: while the reaper's oldest queued object has waited longer than
 //                         reaper.stall_threshold (1 s), deletions are inline (a destructor that
 //                         blocks on the reaper must not make everything else wait behind it).
@@ -117,7 +126,6 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -132,6 +140,7 @@
 #include "teardown/budget.hpp"
 #include "teardown/counter.hpp"
 #include "teardown/llist.hpp"
+#include "teardown/memory_limit.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/trace.hpp"
 
@@ -285,36 +294,15 @@ inline std::size_t checked_unmap_length(const void* addr, std::size_t length) {
   return last_offset + 1;
 }
 
-// The smaller of physical memory and the cgroup v2 memory.max of this process, in bytes; 0 if
-// neither is known.
-inline std::uint64_t memory_bytes() noexcept {
-  std::uint64_t bytes = 0;
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) bytes = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
-#if defined(__linux__)
-  try {
-    std::ifstream self("/proc/self/cgroup");
-    std::string line;
-    while (std::getline(self, line)) {
-      if (line.rfind("0::", 0) != 0) continue;  // the cgroup v2 line
-      std::ifstream max("/sys/fs/cgroup" + line.substr(3) + "/memory.max");
-      std::uint64_t limit = 0;
-      if (max >> limit && limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;  // "max" fails
-    }
-  } catch (...) {  // no cgroup figure: physical memory stands
-  }
-#endif
-  return bytes;
-}
-
 }  // namespace detail
 
 // ---- the domain -----------------------------------------------------------------------------
 
 /// A snapshot of a domain's counters. queued + freed_inline = deletions and unmaps handed in
 /// (null pointers aside); small, rejected and no_memory are subsets of freed_inline. Once
-/// flush() returns with nothing being handed in, reaped == queued and pending_bytes == 0.
+/// flush() returns with nothing being handed in, reaped == queued and pending_bytes == 0. On a
+/// shared budget (default_options()), pending_bytes, max_pending and high_water are the shared
+/// budget's, every sharer's together: pending_bytes is 0 once each sharer has flushed.
 struct deferred_stats {
   std::uint64_t queued = 0;         // handed to the reaper
   std::uint64_t reaped = 0;         // queued ones freed (by the reaper, or by drain or shutdown)
@@ -336,23 +324,37 @@ class deferred_domain {
 
   /// A quarter of memory (see "Knobs"); 1 GiB if the system does not say.
   static std::uint64_t default_max_pending() noexcept {
-    const std::uint64_t memory = detail::memory_bytes();
+    const std::uint64_t memory = memory_limit();
     const std::uint64_t quarter = memory != 0 ? memory / 4 : std::uint64_t{1} << 30;
     return std::min(quarter, budget::max_cap);
   }
 
-  /// The defaults described under "Knobs", for a caller to adjust.
+  /// The budget every domain made from default_options() shares, the default domain's
+  /// included: one cap of default_max_pending() for all of them. Created on first use
+  /// (thread-safe; may throw std::bad_alloc), never destroyed (a domain created during static
+  /// destruction still finds it).
+  static const std::shared_ptr<budget>& default_budget() {
+    static const std::shared_ptr<budget>* const shared =
+        new std::shared_ptr<budget>(std::make_shared<budget>(default_max_pending()));
+    return *shared;
+  }
+
+  /// The defaults described under "Knobs", for a caller to adjust: shared_budget is
+  /// default_budget() and max_pending is left unset (budget::max_cap).
   static async_teardown_options default_options() {
     async_teardown_options opts;
     opts.threshold = default_threshold;
-    opts.max_pending = default_max_pending();
+    opts.shared_budget = default_budget();
     opts.reaper.name = "deferred_delete";
     return opts;
   }
 
-  /// Starts the reaper. Throws std::invalid_argument if max_pending > budget::max_cap,
-  /// std::system_error if the thread cannot start.
-  explicit deferred_domain(async_teardown_options opts = default_options()) : async_(std::move(opts)) {}
+  /// Starts the reaper. Options from default_options() with max_pending set by hand give the
+  /// domain a budget of its own with that cap (the shared one is dropped). Throws
+  /// std::invalid_argument if max_pending > budget::max_cap (or is set along with another
+  /// shared budget), std::system_error if the thread cannot start.
+  explicit deferred_domain(async_teardown_options opts = default_options())
+      : async_(own_cap_if_set(std::move(opts))) {}
 
   /// Frees everything still queued (the reaper drains it), then joins the reaper. May block.
   /// Every deleter naming this domain must be gone (or never used again) by then.
@@ -431,7 +433,8 @@ class deferred_domain {
   std::uint64_t threshold() const noexcept { return async_.threshold(); }
   void set_threshold(std::uint64_t bytes) noexcept { async_.set_threshold(bytes); }
   std::uint64_t max_pending() const noexcept { return async_.max_pending(); }
-  /// Throws std::invalid_argument, changing nothing, above budget::max_cap.
+  /// Throws std::invalid_argument, changing nothing, above budget::max_cap. On a shared budget
+  /// (default_options()) it sets the shared cap, for every domain sharing it.
   void set_max_pending(std::uint64_t bytes) { async_.set_max_pending(bytes); }
 
   /// A snapshot; each subset is read before its superset.
@@ -460,6 +463,14 @@ class deferred_domain {
 
  private:
   using queue_type = async_teardown<detail::deferred_node, &detail::deferred_node::hook, detail::deferred_traits>;
+
+  // "Start from default_options() and set max_pending" asks for that cap: a budget of its own.
+  static async_teardown_options own_cap_if_set(async_teardown_options&& opts) {
+    if (opts.max_pending != budget::max_cap && opts.shared_budget != nullptr && opts.shared_budget == default_budget()) {
+      opts.shared_budget = nullptr;
+    }
+    return std::move(opts);
+  }
 
   // The cost is known: inline below the threshold; otherwise a node, and put() decides.
   decision hand_over(detail::free_function free_payload, void* payload, std::size_t length, std::uint64_t bytes) {
