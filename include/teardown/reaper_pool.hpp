@@ -55,32 +55,50 @@
 // does not allocate, so no memory policy is needed) and would force every consumer of this
 // header-only INTERFACE target to find and link it; without sysfs the pool has one worker.
 //
-// Stealing (steal = true, N > 1). Each worker is a reaper with two hooks into the pool (reaper.hpp,
-// "In a pool"):
+// Stealing (steal = true, N > 1). Each worker is a reaper with three hooks into the pool
+// (reaper.hpp, "In a pool"):
 // - steal: a worker whose own queue is empty, before it spins and sleeps, takes the older half
 //   (rounded up) of the queue of the sibling whose backlog is oldest; the newer half goes back
-//   on the victim's queue (with a kick if that made it non-empty). Stolen items run on the thief.
-// - lend: a worker about to run an item, whose last item took at least steal_after, with more
-//   items in its batch and a sibling idle (its last pass found nothing: it spins or sleeps),
-//   hands the rest of its batch back to its own queue (as a freeze does) and kicks up to that
-//   many idle siblings, which steal from it. A batch taken from the queue is otherwise out of
-//   reach of thieves.
+//   on the victim's queue (with a kick if that made it non-empty). If no sibling has a queue, it
+//   takes the front half (rounded up: what the victim would run next) of the held rest of the
+//   batch of the sibling whose item has run longest, once that item has run steal_after; the
+//   other half goes on the victim's queue. Stolen items run on the thief.
+// - holding: a worker running one item of a batch keeps the rest in its held_ list (one
+//   exchange puts it there, one takes it back after the item), so a slow or blocked item holds
+//   nothing hostage. When it first does so for a batch, it kicks every idle sibling that sleeps
+//   without a time limit.
+// - watch: a worker about to sleep while a sibling holds a batch sleeps no longer than until
+//   that sibling's item has run steal_after (at least 1 ms), then looks again (steal). So the
+//   rest of a batch behind an item that blocks reaches an idle sibling within about steal_after.
 // - a producer whose add found a backlog older than steal_after (CLOCK_MONOTONIC_COARSE: a
 //   scheduler tick's granularity) kicks one sibling: an idle one if any, else a busy one not
 //   yet kicked, which then looks for work to steal before it next sleeps. steal_after = 0 makes
 //   both immediate.
-// A thief that took part of a queue and left the rest kicks one more sibling the same way, so a
-// burst spreads over idle workers in a few steps. Steals are refused while the pool is frozen,
-// stopping, or in the last round of a flush (below). Only queued items move: an item a worker
-// has started is never taken from it. Order: each worker drains oldest first, but the pool keeps
-// no order between items (a steal or a put-back can overtake items added meanwhile).
+// A thief that took part of a queue or of a held batch and left the rest kicks one more sibling
+// the same way, so a burst spreads over idle workers in a few steps. Steals are refused while
+// the pool is frozen, stopping, or in the last round of a flush (below). The item a worker is
+// running is never taken from it. Order: each worker drains oldest first, but the pool keeps no
+// order between items (a steal or a put-back can overtake items added meanwhile, and the items
+// behind a slow one run before it ends).
+//
+// No lost watch. A sibling that sleeps without a limit must not miss a batch put in held_. Both
+// sides use seq_cst, so their operations fall in one total order: the holder stores its
+// batch's first item_started_ns_, then loads each sibling's watching_ and idle_ (and kicks one
+// that reads idle and not watching); a worker going to sleep stores idle_ = true (when it went
+// idle), then watching_ = false, then loads every sibling's item_started_ns_ (and sleeps
+// without a limit only if all read 0). Either the holder's store comes first, and the sleeper's
+// load sees it, or the sleeper's stores come first, and the holder reads idle and not watching
+// (or a later value: the sibling went busy, or watched again, and looks again before it
+// sleeps) and kicks it, an RMW on its state word that no sleep misses (reaper.hpp). A watching
+// sibling needs no kick: it looks again when its limit ends.
 //
 // Flush with stealing. A pool flush asks every worker for a flush ticket, then waits for all of
 // them (one "round"). A worker's ticket completes only after a pass over its queue that began
 // after the request and took everything (reaper.hpp); so it covers every item that, at the
 // request, was in that worker's queue, in its hands, or in a reap_on_caller on it, as long as
-// nothing moves the item to another worker meanwhile. Only a steal moves items between workers
-// (lending stays within the worker, and a ticket waits for the pass after a lend). So: a steal
+// nothing moves the item to another worker meanwhile. Only a steal moves items between workers,
+// from a queue or from a held batch (the victim's pass then ends without the items it lost,
+// and its ticket may complete: the steal is what the round must notice). So: a steal
 // happens entirely under steal_mutex_ (pick the items, del_all, put the rest back) and
 // increments steal_events_ there; a round reads steal_events_ under the mutex before it asks for
 // tickets and after every ticket completed. If no steal happened in between, every item
@@ -99,8 +117,11 @@
 // with stealing, and the later rounds find the workers idle.
 //
 // Memory ordering: as reaper's, per item: a producer's release add pairs with the acquire
-// del_all of whichever worker takes the item, thief included; a put-back or lend is a release
-// add_batch after that acquire, so the next taker sees the producer's writes too. Pool control
+// del_all of whichever worker takes the item, thief included; a put-back is a release add_batch
+// after that acquire, and a held batch moves by exchanges on held_ (the holder's release
+// replace_all, the taker's acquire del_all), so the next taker sees the producer's writes too.
+// item_started_ns_, watching_ and idle_ carry no data: seq_cst only where "No lost watch" says,
+// relaxed hints elsewhere. Pool control
 // (steal_events_, freeze depth, exclusive flushes, stopping) lives under steal_mutex_;
 // steal_refused_ is a relaxed hint of it, re-checked under the mutex before any steal. ready_
 // (release, at the end of the constructor; acquire in the hooks) publishes workers_ to the
@@ -112,7 +133,11 @@
 // wait, and never by a parked worker (workers park only between items or at the top of a pass,
 // outside a steal). Another thread may hold it for a moment when fork() runs; so the pool, a
 // fork participant too, gives the child a fresh unlocked mutex and clears the freeze depth (as
-// the child's reapers do), and marks itself stopping: the child has no workers to steal.
+// the child's reapers do), and marks itself stopping: the child has no workers to steal. No
+// handler, the pool's or a worker's, reads an item: a parked worker has taken its held rest
+// back, and the child's reaper moves it whole to where its stopped form drains it. So fork()
+// costs no time per queued or held item (the prepare handler still waits for each worker to
+// reach a point between items).
 #pragma once
 
 #include <sched.h>
