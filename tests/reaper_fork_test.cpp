@@ -90,7 +90,8 @@ class guarded_jobs {
   job& operator[](std::size_t i) { return jobs_[i]; }
   std::size_t size() const { return count_; }
   std::size_t ran_exactly_once() const {
-    return static_cast<std::size_t>(std::count_if(jobs_, jobs_ + count_, [](const job& j) { return j.runs.load() == 1; }));
+    return static_cast<std::size_t>(
+        std::count_if(jobs_, jobs_ + count_, [](const job& j) { return j.runs.load() == 1; }));
   }
   int total_runs() const {
     int total = 0;
