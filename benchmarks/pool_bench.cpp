@@ -16,7 +16,8 @@
 //                      threads released together, each enqueues its own item (M concurrent
 //                      exits); seconds: from the release until flush() returned.
 //   pool_one_producer  the same pool, all M items enqueued by one thread: the workers share
-//                      them only by stealing and lending (the worker the thread maps to takes
+//                      them only by stealing (from the queue, and from the rest of a batch
+//                      whose item has run steal_after; the worker the thread maps to takes
 //                      the burst).
 //   single_reaper      one teardown::reaper (the seed's design), M producers as for pool.
 // gib_per_s = M * each / median seconds; ratio_to_inline = gib_per_s / inline's (the acceptance

@@ -642,7 +642,7 @@ TEST_F(PooledAsyncTeardownStressTest, ProducersRacingFlushFreezeThawAndDrainLose
   opts.max_pending = cap;
   opts.reaper.nice = 0;  // on a small machine nice-19 workers behind busy threads leave the budget full
   opts.reaper.stall_threshold = 50ms;  // the watchdog takes part too
-  opts.pool.steal_after = 0ns;         // steals and lends as soon as they can
+  opts.pool.steal_after = 0ns;         // steals as soon as it can
   pooled_async async(std::move(opts), traits());
   std::atomic<bool> done{false};
   std::atomic<std::uint64_t> queued{0};

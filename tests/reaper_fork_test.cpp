@@ -11,9 +11,11 @@
 // time assertion: a child still running after it is killed and the test fails ("the child
 // deadlocked"). Bounded by counts; nothing asserts a time.
 #include "teardown/reaper.hpp"
+#include "teardown/reaper_pool.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -29,7 +31,9 @@
 #include <cstdlib>
 #include <latch>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -60,6 +64,164 @@ void expect_parent_reaper_works(job_reaper& reaper) {
   reaper.flush();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size()) << "in the parent, after fork";
   EXPECT_TRUE(reaper.stats().running);
+}
+
+// --- Fork handlers read no item ------------------------------------------------------------------
+
+// Jobs in a mapping of their own, which can be made inaccessible: a fork handler that reads or
+// writes any of them (walks a batch, re-queues it item by item) faults.
+class guarded_jobs {
+ public:
+  explicit guarded_jobs(std::size_t count)
+      : count_(count), bytes_(round_up(count * sizeof(job))),
+        memory_(mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) {
+    if (memory_ == MAP_FAILED) throw std::runtime_error("guarded_jobs: mmap failed");
+    jobs_ = static_cast<job*>(memory_);
+    for (std::size_t i = 0; i < count_; ++i) new (&jobs_[i]) job;
+    for (std::size_t i = 0; i < count_; ++i) jobs_[i].id = i;
+  }
+  guarded_jobs(const guarded_jobs&) = delete;
+  guarded_jobs& operator=(const guarded_jobs&) = delete;
+  ~guarded_jobs() {
+    for (std::size_t i = 0; i < count_; ++i) jobs_[i].~job();
+    munmap(memory_, bytes_);
+  }
+
+  job& operator[](std::size_t i) { return jobs_[i]; }
+  std::size_t size() const { return count_; }
+  std::size_t ran_exactly_once() const {
+    return static_cast<std::size_t>(
+        std::count_if(jobs_, jobs_ + count_, [](const job& j) { return j.runs.load() == 1; }));
+  }
+  int total_runs() const {
+    int total = 0;
+    for (std::size_t i = 0; i < count_; ++i) total += jobs_[i].runs.load();
+    return total;
+  }
+  void protect(int prot) const { (void)mprotect(memory_, bytes_, prot); }
+
+ private:
+  static std::size_t round_up(std::size_t bytes) {
+    const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    return (bytes + page - 1) / page * page;
+  }
+  std::size_t count_;
+  std::size_t bytes_;
+  void* memory_;
+  job* jobs_ = nullptr;
+};
+
+// The jobs to make inaccessible across the next fork (nullptr: none).
+std::atomic<const guarded_jobs*> guarded_across_fork{nullptr};
+
+// pthread_atfork runs prepare handlers in reverse order of registration and the parent's and
+// child's in order of registration. These are registered during static initialization, before
+// the first reaper registers teardown's handlers: this prepare runs after teardown's (every
+// worker parked between items, none reading an item), and this child handler before
+// teardown's. The parent's handler lifts the guard before teardown's resumes the workers.
+void guard_prepare() {
+  if (const guarded_jobs* jobs = guarded_across_fork.load()) jobs->protect(PROT_NONE);
+}
+void guard_parent() {
+  if (const guarded_jobs* jobs = guarded_across_fork.load()) jobs->protect(PROT_READ | PROT_WRITE);
+}
+[[maybe_unused]] const int guard_registered = pthread_atfork(&guard_prepare, &guard_parent, nullptr);
+
+// Registered after teardown's (call it once a reaper exists): in the child, lifts the guard
+// after teardown's handler.
+void register_child_unguard() {
+  static const int registered = pthread_atfork(nullptr, nullptr, [] {
+    if (const guarded_jobs* jobs = guarded_across_fork.load()) jobs->protect(PROT_READ | PROT_WRITE);
+  });
+  (void)registered;
+}
+
+// fork() while a worker is in the middle of a batch of guarded jobs: teardown's fork handlers
+// run while the jobs are inaccessible, so one that reads a job kills the child (SIGSEGV). The
+// child then tears the rest of the batch down, each job exactly once, and so does the parent.
+// `enqueue_batch` queues the jobs so that one worker takes them whole; the one it makes the
+// oldest (the blocker, not guarded) blocks until the fork waits for the worker. Child exit code
+// 2: the worker had finished the batch before the fork asked it to park (a weaker run).
+template <class Reaper, class EnqueueBatch>
+void fork_reads_no_item_held_or_queued(Reaper& reaper, guarded_jobs& jobs, job& blocker, std::latch& release,
+                                       std::atomic<bool>& started, EnqueueBatch enqueue_batch) {
+  register_child_unguard();
+  enqueue_batch();
+  wait_until(started);
+  guarded_across_fork.store(&jobs);
+  std::atomic<pid_t> forker_tid{0};
+  pid_t child = -1;
+  std::thread forker([&] {
+    forker_tid.store(current_tid());
+    child = start_child([&] {
+      child_checks check;
+      const int ran_at_fork = jobs.total_runs();
+      reaper.flush();
+      check.expect(jobs.ran_exactly_once() == jobs.size(), "the child tore down every guarded job once");
+      check.expect(blocker.runs.load() == 1, "the blocker ran once, before the fork");
+      reaper.stop();
+      if (check.exit_code() != 0) return check.exit_code();
+      return ran_at_fork < static_cast<int>(jobs.size()) ? 0 : 2;
+    });
+  });
+  while (forker_tid.load() == 0) std::this_thread::yield();
+  wait_until_asleep(forker_tid.load());  // in fork(), waiting for the blocker
+  release.count_down();
+  forker.join();
+  guarded_across_fork.store(nullptr);
+  const int code = wait_child(child);
+  EXPECT_TRUE(code == 0 || code == 2) << "child exit code " << code << " (killed by SIGSEGV: a fork handler "
+                                      << "read a job)";
+  if (code == 2) std::printf("note: the worker was not parked mid-batch at fork time this run\n");
+  reaper.flush();
+  EXPECT_EQ(jobs.ran_exactly_once(), jobs.size()) << "in the parent";
+  EXPECT_EQ(blocker.runs.load(), 1);
+}
+
+// fn for the tests above: the blocker reports and waits; a guarded job takes a little while, so
+// that the fork finds the worker in the middle of the batch.
+job_fn blocker_then_slow(job& blocker, std::latch& release, std::atomic<bool>& started) {
+  return [&](job& j) {
+    if (&j == &blocker) {
+      started.store(true);
+      release.wait();
+    } else {
+      std::this_thread::sleep_for(200us);
+    }
+    j.runs.fetch_add(1, std::memory_order_relaxed);
+  };
+}
+
+TEST_F(ReaperForkTest, ForkHandlersReadNoItemTheParkedWorkerHolds) {
+  guarded_jobs jobs(200);
+  job blocker;
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(blocker_then_slow(blocker, release, started));
+  fork_reads_no_item_held_or_queued(reaper, jobs, blocker, release, started, [&] {
+    reaper.freeze();
+    reaper.enqueue(blocker);
+    for (std::size_t i = 0; i < jobs.size(); ++i) reaper.enqueue(jobs[i]);
+    reaper.thaw();
+  });
+}
+
+TEST_F(ReaperForkTest, ForkHandlersReadNoItemAPoolsParkedWorkersHoldOrQueue) {
+  guarded_jobs jobs(200);
+  job blocker;
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  teardown::reaper_pool_options opts;
+  opts.workers = 2;
+  opts.steal_after = std::chrono::hours(1);  // no steal from a held batch: the fork finds it held
+  opts.worker.name = "fork_pool";
+  teardown::reaper_pool<job, &job::hook, job_fn> pool(blocker_then_slow(blocker, release, started), opts);
+  fork_reads_no_item_held_or_queued(pool, jobs, blocker, release, started, [&] {
+    pool.freeze();
+    pool.enqueue_to(0, blocker);
+    for (std::size_t i = 0; i < jobs.size(); ++i) pool.enqueue_to(i % 3 == 0 ? 1 : 0, jobs[i]);
+    pool.thaw();
+  });
 }
 
 // --- The child ---------------------------------------------------------------------------------

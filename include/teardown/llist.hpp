@@ -20,6 +20,7 @@
 //   retries only when another thread changed the head in between).
 // - del_all races with adds and with other del_all callers; each node goes to exactly one of
 //   them. Wait-free: one exchange (lock-free on ao_atomics, whose exchange is a CAS loop).
+//   replace_all (take everything, leave a batch in its place: one exchange) counts as a del_all.
 // - del_first must have one caller at a time, and no del_all may run beside it. Reason (ABA):
 //   del_first reads head = A and A->next = B, then swaps head from A to B. If in between another
 //   consumer took A and B and someone re-added A, the head is A again and the swap succeeds,
@@ -411,6 +412,16 @@ class llist {
     // acquire: pairs with the release CAS in link(), so the taker sees each element's contents
     // and the links written before it was published (later adds continue the release sequence).
     return batch(head_.exchange(nullptr, std::memory_order_acquire));
+  }
+
+  /// Thread-safe; wait-free on std_atomics (one exchange), lock-free on ao_atomics. Takes every
+  /// node, as del_all(), and leaves `nodes` on the list in their place, in the batch's order
+  /// (its front becomes the newest node); `nodes` is left empty. O(1): for an owner that parks
+  /// a run of nodes where other threads may take it (del_all) and takes it back.
+  [[nodiscard]] batch replace_all(batch&& nodes) noexcept {
+    // acq_rel: release publishes the batch's nodes (contents and links) to the next taker, as
+    // link()'s CAS does; acquire pairs with the adds (or replace_all) of the nodes returned.
+    return batch(head_.exchange(std::exchange(nodes.first_, nullptr), std::memory_order_acq_rel));
   }
 
   /// Lock-free against adds. One caller at a time, and never beside del_all (see the ABA note

@@ -49,21 +49,32 @@
 // next del_all might otherwise miss (llist: the empty -> non-empty transition; sharded_llist:
 // its was-empty signal), and that every del_all call takes each node it sees exactly once.
 //
-// In a pool (reaper_pool.hpp) a worker has two more steps, both on the worker and both off
-// for a reaper on its own: when its own queue is empty it asks the pool for part of a sibling's
-// queue (a steal) before it spins and sleeps, and when items are slow (the last one took at
-// least the pool's steal_after) and a sibling is idle, it lends the rest of its batch:
-// everything but the item it is about to run goes back on its own queue, as a freeze hands it
-// back, and the pool kicks the idle siblings to steal it. A flush ticket is not completed by a pass
-// that lent (the lent items are not done), and while a ticket is pending a worker lends at most
-// once, so a flush still waits for a bounded number of passes. Stolen items run on the thief
-// and are counted in its reaped (and in stolen); they were counted as enqueued by the victim.
+// In a pool (reaper_pool.hpp) a worker has three more steps, all on the worker and all off for
+// a reaper on its own (whose per-item path is unchanged). (1) When its own queue is empty it
+// asks the pool for work (a steal) before it spins and sleeps: part of a sibling's queue, or
+// part of the rest of a batch a sibling has been running one item of for steal_after. (2) While
+// it runs an item of a batch, the rest of the batch waits in held_, an llist: before the item
+// one exchange puts it there (replace_all, release), after the item one exchange takes back
+// whatever is still there (del_all, acquire). A sibling's steal takes it with the same kind of
+// exchange, so each node has exactly one owner at a time, and whoever takes a node sees what
+// its producer wrote. The worker never reads an item it no longer owns. Per item: two
+// uncontended exchanges and a clock read, only for an item that has others behind it. (3)
+// Before it sleeps, it asks the pool how long it may sleep (watch): while a sibling holds a
+// batch, no longer than until that sibling's item has run steal_after; and when it first puts
+// a batch in held_, it wakes the siblings that sleep without a limit (holding). So the rest of
+// a batch behind an item that blocks reaches an idle sibling within about steal_after, while
+// the item still blocks. Stolen items run on the thief and are counted in its reaped (and in
+// stolen); they were counted as enqueued by the victim. A frozen pool steals nothing; a worker
+// parks between items only after it took its held rest back, so a freeze still hands the rest
+// of a batch back to the queue.
 //
 // Fork: pthread_atfork handlers park every live worker between items across fork(); the parent
 // resumes. In the child the worker does not exist: the reaper turns into its stopped form —
 // enqueue tears down inline, and what was queued (or held by the parked worker) at fork time is
 // torn down by the child's next enqueue, flush, stop or destructor. Nothing deadlocks or is
-// lost. (A child forked from inside fn itself may only exec or _exit.)
+// lost. Each handler is O(1) in the items queued or held: none reads an item (the held batch
+// moves whole, with one exchange), so fork() costs no time per item and no copy-on-write fault
+// on the items' pages. (A child forked from inside fn itself may only exec or _exit.)
 #pragma once
 
 #include <pthread.h>
@@ -192,6 +203,21 @@ inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected)
 #endif
 }
 
+// futex_wait for at most `ns` nanoseconds.
+inline void futex_wait_for(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::uint64_t ns) noexcept {
+#if defined(__linux__)
+  timespec timeout{};
+  timeout.tv_sec = static_cast<time_t>(ns / 1'000'000'000u);
+  timeout.tv_nsec = static_cast<long>(ns % 1'000'000'000u);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, &timeout, nullptr, 0);
+#else
+  (void)word;
+  (void)expected;
+  const timespec pause{0, static_cast<long>(std::min<std::uint64_t>(ns, 1'000'000))};  // a poll
+  nanosleep(&pause, nullptr);
+#endif
+}
+
 inline void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
 #if defined(__linux__)
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
@@ -312,19 +338,21 @@ class reaper final : private detail::fork_participant {
   friend class reaper_pool;
 
   // A pool's hooks into its worker (see "In a pool" in the header comment); all null for a
-  // reaper on its own. Set before the worker starts and never changed; both run on the worker.
+  // reaper on its own. Set before the worker starts and never changed; all run on the worker.
   struct pool_link {
     void* pool = nullptr;
     std::size_t index = 0;  // this worker's index in the pool
-    // Called when the worker's own queue is empty: a batch taken from a sibling (newest
-    // first), its size in `taken`.
+    // Called when the worker's own queue is empty: a batch taken from a sibling's queue or
+    // from the rest of a sibling's batch (newest first), its size in `taken`.
     llist_batch<T, Hook> (*steal)(void* pool, std::size_t thief, std::size_t& taken) noexcept = nullptr;
-    // Called when the last item took at least lend_after_ns and more are in flight: if some
-    // sibling is idle, the pool calls hand_back_in_flight() on this worker, kicks siblings to
-    // steal, and returns true.
-    bool (*lend)(void* pool, std::size_t lender) noexcept = nullptr;
-    std::uint64_t lend_after_ns = 0;
+    // Called before the worker sleeps: how long it may sleep before it looks for a held batch
+    // to take (no_watch: until kicked; 0: look now).
+    std::uint64_t (*watch)(void* pool, std::size_t watcher) noexcept = nullptr;
+    // Called once per batch, when the worker first puts the rest of it in held_: wakes the
+    // siblings that sleep without watching.
+    void (*holding)(void* pool, std::size_t holder) noexcept = nullptr;
   };
+  static constexpr std::uint64_t no_watch = ~std::uint64_t{0};
 
  public:
   using queue_type = Queue;
@@ -589,18 +617,16 @@ class reaper final : private detail::fork_participant {
       }
       const bool took = !in_flight_.empty();
       if (took) {
-        if (link_.lend != nullptr) set_idle(false);
+        if (link_.steal != nullptr) set_idle(false);
         run_in_flight();
       }
-      // A batch a freeze handed back (or a pool worker lent) is not done: its flush waits for
-      // the pass that takes it again.
+      // A batch a freeze handed back is not done: its flush waits for the pass that takes it
+      // again. (The rest of a batch a sibling took is that sibling's; see "Flush with
+      // stealing" in reaper_pool.hpp.)
       const bool handed_back = std::exchange(handed_back_, false);
-      if (flush_target_ != 0 && !handed_back) {
-        complete_flush(std::exchange(flush_target_, 0));
-        lent_for_flush_ = false;
-      }
+      if (flush_target_ != 0 && !handed_back) complete_flush(std::exchange(flush_target_, 0));
       if (took) continue;
-      if (link_.lend != nullptr) set_idle(true);  // a lending sibling may now wake this one
+      if (link_.steal != nullptr) set_idle(true);  // a sibling's holding() may now wake this one
       if (spin_found_work()) continue;
       sleep_until_kicked();
     }
@@ -654,41 +680,51 @@ class reaper final : private detail::fork_participant {
       }
     }
     if (opts_.order == drain_order::oldest_first) in_flight_ = std::move(in_flight_).reverse();
-    if (link_.lend == nullptr) {
+    if (link_.steal == nullptr) {
       while (T* item = in_flight_.pop_front()) {
         tear_down(*item, /*on_worker=*/true);
         checkpoint();
       }
       return;
     }
-    // In a pool: time each item, and before each one consider lending the rest (the item about
-    // to run is already off in_flight_, so a lend keeps it).
-    std::uint64_t started = detail::monotonic_ns();
-    T* item = in_flight_.pop_front();
-    while (item != nullptr) {
-      consider_lending();
+    // In a pool: while an item runs, the rest of the batch waits in held_, where an idle
+    // sibling may take it (see "In a pool" in the header comment); after the item, an exchange
+    // takes back whatever is still there. The item about to run is already off the batch.
+    bool announced = false;
+    while (T* item = in_flight_.pop_front()) {
+      const bool holding = !in_flight_.empty();
+      if (holding) {
+        const std::uint64_t now = detail::monotonic_ns();
+        if (announced) {
+          item_started_ns_.store(now, std::memory_order_relaxed);
+        } else {
+          // seq_cst: the batch's first start time pairs with the watchers' scan (reaper_pool.hpp,
+          // "No lost watch").
+          item_started_ns_.store(now, std::memory_order_seq_cst);
+        }
+        (void)held_.replace_all(std::move(in_flight_));  // empty: only this thread puts nodes there
+        if (!announced) {
+          announced = true;
+          link_.holding(link_.pool, link_.index);
+        }
+      }
       tear_down(*item, /*on_worker=*/true);
-      const std::uint64_t now = detail::monotonic_ns();
-      last_item_ns_ = now - started;
-      started = checkpoint() ? detail::monotonic_ns() : now;  // a park is not the next item's time
-      item = in_flight_.pop_front();
+      if (holding) in_flight_ = held_.del_all();  // ours again, or nothing: a sibling took it
+      checkpoint();
     }
+    if (announced) item_started_ns_.store(0, std::memory_order_relaxed);
   }
 
   // In a pool: "my last pass found nothing to run, here or at a sibling" (spinning or asleep).
-  // Written only on a change; read by lending siblings as a hint.
+  // Written only on a change; read by siblings' holding() (see "No lost watch" in
+  // reaper_pool.hpp).
   void set_idle(bool idle) noexcept {
-    if (idle_.load(std::memory_order_relaxed) != idle) idle_.store(idle, std::memory_order_relaxed);
-  }
-
-  // In a pool, before running an item: if items are slow, lend the rest of the batch to idle
-  // siblings (the pool decides, and calls hand_back_in_flight). A pending flush ticket lets a
-  // worker lend once: the next pass takes everything and completes it.
-  void consider_lending() noexcept {
-    if (in_flight_.empty() || last_item_ns_ < link_.lend_after_ns) return;
-    if (flush_target_ != 0 && lent_for_flush_) return;
-    if (!link_.lend(link_.pool, link_.index)) return;
-    if (flush_target_ != 0) lent_for_flush_ = true;
+    if (idle_.load(std::memory_order_relaxed) == idle) return;
+    if (idle) {
+      idle_.store(true, std::memory_order_seq_cst);  // seq_cst: pairs with holding()'s scan
+    } else {
+      idle_.store(false, std::memory_order_relaxed);
+    }
   }
 
   // Between items: honour a freeze, and yield if the yield policy says so. True if it looked at
@@ -714,8 +750,8 @@ class reaper final : private detail::fork_participant {
   // than) whatever was queued meanwhile, so that reap_on_caller reaches every item the frozen
   // worker has not started (a drain under memory pressure finds nothing stuck behind a freeze:
   // seed 003's thawing of an OOM victim, for the queue). The worker takes them again after thaw.
-  // A producer racing the hand-back may land under them: an order slip, nothing lost. A pool
-  // worker lends the rest of its batch the same way. Worker only; returns how many went back.
+  // A producer racing the hand-back may land under them: an order slip, nothing lost. Worker
+  // only; returns how many went back.
   std::size_t hand_back_in_flight() noexcept {
     if (in_flight_.empty()) return 0;
     std::size_t count = 0;
@@ -784,8 +820,18 @@ class reaper final : private detail::fork_participant {
     // del_all); release lets a later kick's acquire see our state.
     std::uint32_t previous = state_.exchange(sleeping_bit, std::memory_order_acq_rel);
     if (!(previous & kicked_bit)) {
-      // Sleeps only while the word still says SLEEPING; a kick changes it first.
-      while (state_.load(std::memory_order_relaxed) == sleeping_bit) detail::futex_wait(state_, sleeping_bit);
+      // In a pool, a sibling may hold a batch: sleep no longer than the pool says.
+      const std::uint64_t most = link_.watch != nullptr ? link_.watch(link_.pool, link_.index) : no_watch;
+      if (most == no_watch) {
+        // Sleeps only while the word still says SLEEPING; a kick changes it first.
+        while (state_.load(std::memory_order_relaxed) == sleeping_bit) detail::futex_wait(state_, sleeping_bit);
+      } else if (most != 0) {
+        const std::uint64_t until = detail::monotonic_ns() + most;
+        for (std::uint64_t now = detail::monotonic_ns();
+             state_.load(std::memory_order_relaxed) == sleeping_bit && now < until; now = detail::monotonic_ns()) {
+          detail::futex_wait_for(state_, sleeping_bit, until - now);
+        }
+      }
     }
     // acq_rel: reading KICKED (set before or while we slept) synchronizes with that producer.
     previous = state_.exchange(0, std::memory_order_acq_rel);
@@ -832,8 +878,11 @@ class reaper final : private detail::fork_participant {
   void tear_down_inline(T& item) noexcept { tear_down(item, /*on_worker=*/false); }
 
   // On a caller: takes whatever is queued (each node goes to exactly one taker) and tears it
-  // down here, oldest first.
+  // down here, oldest first. First what a fork child's worker held (in held_, in run order).
   void drain_inline() noexcept {
+    if (!held_.empty()) {
+      for (T& item : held_.del_all()) tear_down_inline(item);
+    }
     for (;;) {
       auto batch = queue_.del_all();
       if (batch.empty()) return;
@@ -964,14 +1013,16 @@ class reaper final : private detail::fork_participant {
       return;
     }
     // Single-threaded here. The worker does not exist in the child: become the stopped form.
-    // Items the parked worker still held are queued again so the child tears them down.
+    // What the parked worker still held moves to held_ whole (one exchange, not a walk: a
+    // fork must not cost time in proportion to the backlog, nor touch the items' pages), where
+    // the child's next enqueue, flush, stop or destructor tears it down (drain_inline).
     worker_running_ = false;
     worker_parked_ = false;
     fork_parking_ = false;
     freeze_depth_ = 0;
     stop_requested_ = true;
     worker_known_.store(false, std::memory_order_relaxed);
-    while (T* item = in_flight_.pop_front()) queue_.add(*item);
+    (void)held_.replace_all(std::move(in_flight_));  // held_ is empty: the worker took it back before parking
     state_.store(stopped_bit, std::memory_order_relaxed);
     // The parked worker was a waiter on control_changed_; it does not exist here, and glibc's
     // pthread_cond_destroy would wait for it forever. Start over with a fresh one.
@@ -1004,10 +1055,14 @@ class reaper final : private detail::fork_participant {
   // Written by the worker for every item (and by the fork child handler, single-threaded).
   alignas(64) llist_batch<T, Hook> in_flight_;
   std::uint64_t last_yield_ns_ = 0;
-  bool handed_back_ = false;  // a freeze handed the batch back, or a pool worker lent it (worker only)
+  bool handed_back_ = false;  // a freeze handed the batch back (worker only)
   std::uint64_t flush_target_ = 0;  // the ticket this pass completes, 0 if none (worker only)
-  bool lent_for_flush_ = false;     // this pass's ticket already waited for a lend (worker only)
-  std::uint64_t last_item_ns_ = 0;  // how long the last item took; measured in a pool only
+  // In a pool: the rest of the batch while the worker runs an item (taken by a sibling's steal,
+  // or back by the worker with an exchange); in a fork child, what the parked worker held.
+  llist<T, Hook> held_;
+  std::atomic<std::uint64_t> item_started_ns_{0};  // in a pool: when the item now run with a
+                                                   // held rest started; 0: nothing held
+  std::atomic<bool> watching_{false};  // in a pool: asleep with a time limit (see watch)
   std::atomic<std::uint64_t> stolen_{0};
   std::atomic<bool> idle_{false};  // see set_idle
   std::atomic<std::uint64_t> reaped_{0};  // also by callers tearing down inline

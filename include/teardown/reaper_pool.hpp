@@ -55,32 +55,50 @@
 // does not allocate, so no memory policy is needed) and would force every consumer of this
 // header-only INTERFACE target to find and link it; without sysfs the pool has one worker.
 //
-// Stealing (steal = true, N > 1). Each worker is a reaper with two hooks into the pool (reaper.hpp,
-// "In a pool"):
+// Stealing (steal = true, N > 1). Each worker is a reaper with three hooks into the pool
+// (reaper.hpp, "In a pool"):
 // - steal: a worker whose own queue is empty, before it spins and sleeps, takes the older half
 //   (rounded up) of the queue of the sibling whose backlog is oldest; the newer half goes back
-//   on the victim's queue (with a kick if that made it non-empty). Stolen items run on the thief.
-// - lend: a worker about to run an item, whose last item took at least steal_after, with more
-//   items in its batch and a sibling idle (its last pass found nothing: it spins or sleeps),
-//   hands the rest of its batch back to its own queue (as a freeze does) and kicks up to that
-//   many idle siblings, which steal from it. A batch taken from the queue is otherwise out of
-//   reach of thieves.
+//   on the victim's queue (with a kick if that made it non-empty). If no sibling has a queue, it
+//   takes the front half (rounded up: what the victim would run next) of the held rest of the
+//   batch of the sibling whose item has run longest, once that item has run steal_after; the
+//   other half goes on the victim's queue. Stolen items run on the thief.
+// - holding: a worker running one item of a batch keeps the rest in its held_ list (one
+//   exchange puts it there, one takes it back after the item), so a slow or blocked item holds
+//   nothing hostage. When it first does so for a batch, it kicks every idle sibling that sleeps
+//   without a time limit.
+// - watch: a worker about to sleep while a sibling holds a batch sleeps no longer than until
+//   that sibling's item has run steal_after (at least 1 ms), then looks again (steal). So the
+//   rest of a batch behind an item that blocks reaches an idle sibling within about steal_after.
 // - a producer whose add found a backlog older than steal_after (CLOCK_MONOTONIC_COARSE: a
 //   scheduler tick's granularity) kicks one sibling: an idle one if any, else a busy one not
 //   yet kicked, which then looks for work to steal before it next sleeps. steal_after = 0 makes
 //   both immediate.
-// A thief that took part of a queue and left the rest kicks one more sibling the same way, so a
-// burst spreads over idle workers in a few steps. Steals are refused while the pool is frozen,
-// stopping, or in the last round of a flush (below). Only queued items move: an item a worker
-// has started is never taken from it. Order: each worker drains oldest first, but the pool keeps
-// no order between items (a steal or a put-back can overtake items added meanwhile).
+// A thief that took part of a queue or of a held batch and left the rest kicks one more sibling
+// the same way, so a burst spreads over idle workers in a few steps. Steals are refused while
+// the pool is frozen, stopping, or in the last round of a flush (below). The item a worker is
+// running is never taken from it. Order: each worker drains oldest first, but the pool keeps no
+// order between items (a steal or a put-back can overtake items added meanwhile, and the items
+// behind a slow one run before it ends).
+//
+// No lost watch. A sibling that sleeps without a limit must not miss a batch put in held_. Both
+// sides use seq_cst, so their operations fall in one total order: the holder stores its
+// batch's first item_started_ns_, then loads each sibling's watching_ and idle_ (and kicks one
+// that reads idle and not watching); a worker going to sleep stores idle_ = true (when it went
+// idle), then watching_ = false, then loads every sibling's item_started_ns_ (and sleeps
+// without a limit only if all read 0). Either the holder's store comes first, and the sleeper's
+// load sees it, or the sleeper's stores come first, and the holder reads idle and not watching
+// (or a later value: the sibling went busy, or watched again, and looks again before it
+// sleeps) and kicks it, an RMW on its state word that no sleep misses (reaper.hpp). A watching
+// sibling needs no kick: it looks again when its limit ends.
 //
 // Flush with stealing. A pool flush asks every worker for a flush ticket, then waits for all of
 // them (one "round"). A worker's ticket completes only after a pass over its queue that began
 // after the request and took everything (reaper.hpp); so it covers every item that, at the
 // request, was in that worker's queue, in its hands, or in a reap_on_caller on it, as long as
-// nothing moves the item to another worker meanwhile. Only a steal moves items between workers
-// (lending stays within the worker, and a ticket waits for the pass after a lend). So: a steal
+// nothing moves the item to another worker meanwhile. Only a steal moves items between workers,
+// from a queue or from a held batch (the victim's pass then ends without the items it lost,
+// and its ticket may complete: the steal is what the round must notice). So: a steal
 // happens entirely under steal_mutex_ (pick the items, del_all, put the rest back) and
 // increments steal_events_ there; a round reads steal_events_ under the mutex before it asks for
 // tickets and after every ticket completed. If no steal happened in between, every item
@@ -99,8 +117,11 @@
 // with stealing, and the later rounds find the workers idle.
 //
 // Memory ordering: as reaper's, per item: a producer's release add pairs with the acquire
-// del_all of whichever worker takes the item, thief included; a put-back or lend is a release
-// add_batch after that acquire, so the next taker sees the producer's writes too. Pool control
+// del_all of whichever worker takes the item, thief included; a put-back is a release add_batch
+// after that acquire, and a held batch moves by exchanges on held_ (the holder's release
+// replace_all, the taker's acquire del_all), so the next taker sees the producer's writes too.
+// item_started_ns_, watching_ and idle_ carry no data: seq_cst only where "No lost watch" says,
+// relaxed hints elsewhere. Pool control
 // (steal_events_, freeze depth, exclusive flushes, stopping) lives under steal_mutex_;
 // steal_refused_ is a relaxed hint of it, re-checked under the mutex before any steal. ready_
 // (release, at the end of the constructor; acquire in the hooks) publishes workers_ to the
@@ -112,7 +133,11 @@
 // wait, and never by a parked worker (workers park only between items or at the top of a pass,
 // outside a steal). Another thread may hold it for a moment when fork() runs; so the pool, a
 // fork participant too, gives the child a fresh unlocked mutex and clears the freeze depth (as
-// the child's reapers do), and marks itself stopping: the child has no workers to steal.
+// the child's reapers do), and marks itself stopping: the child has no workers to steal. No
+// handler, the pool's or a worker's, reads an item: a parked worker has taken its held rest
+// back, and the child's reaper moves it whole to where its stopped form drains it. So fork()
+// costs no time per queued or held item (the prepare handler still waits for each worker to
+// reach a point between items).
 #pragma once
 
 #include <sched.h>
@@ -252,8 +277,8 @@ class reaper_pool final : private detail::fork_participant {
         link.pool = this;
         link.index = i;
         link.steal = &reaper_pool::steal_entry;
-        link.lend = &reaper_pool::lend_entry;
-        link.lend_after_ns = steal_after_ns_;
+        link.watch = &reaper_pool::watch_entry;
+        link.holding = &reaper_pool::holding_entry;
       }
       workers_.emplace_back(new worker_type(fn, std::move(worker), link));
     }
@@ -392,6 +417,7 @@ class reaper_pool final : private detail::fork_participant {
 
  private:
   static constexpr int optimistic_rounds = 2;  // flush rounds that let steals go on
+  static constexpr std::uint64_t min_watch_ns = 1'000'000;  // a watching sleep's least length
 
   static reaper_pool_options validated(reaper_pool_options opts) {
     if (opts.workers > max_workers) {
@@ -469,15 +495,26 @@ class reaper_pool final : private detail::fork_participant {
     return static_cast<reaper_pool*>(pool)->steal(thief, taken);
   }
 
-  static bool lend_entry(void* pool, std::size_t lender) noexcept {
-    return static_cast<reaper_pool*>(pool)->lend(lender);
+  static std::uint64_t watch_entry(void* pool, std::size_t watcher) noexcept {
+    return static_cast<reaper_pool*>(pool)->watch(watcher);
   }
 
-  // The thief's own queue is empty: the older half of the oldest sibling backlog, if any.
+  static void holding_entry(void* pool, std::size_t holder) noexcept {
+    static_cast<reaper_pool*>(pool)->holding(holder);
+  }
+
+  // The thief's own queue is empty: the older half of the oldest sibling backlog, if any; else
+  // the front half of the rest of the batch a sibling has run one item of for steal_after.
   llist_batch<T, Hook> steal(std::size_t thief, std::size_t& taken) noexcept {
     taken = 0;
     // acquire: pairs with the constructor's release; workers_ is complete.
     if (!ready_.load(std::memory_order_acquire) || steal_refused_.load(std::memory_order_relaxed)) return {};
+    llist_batch<T, Hook> batch = steal_queued(thief, taken);
+    if (batch.empty()) batch = steal_held(thief, taken);
+    return batch;
+  }
+
+  llist_batch<T, Hook> steal_queued(std::size_t thief, std::size_t& taken) noexcept {
     // The victim: the non-empty queue whose backlog started first; one without a start time
     // (its worker cleared it when it took a batch) only when none has one. Snapshots: a
     // victim may have emptied meanwhile, and then there is nothing to take.
@@ -512,18 +549,92 @@ class reaper_pool final : private detail::fork_participant {
     return batch;
   }
 
-  // The lender's last item was slow and more are in its batch: lend the rest if a sibling idles.
-  bool lend(std::size_t lender) noexcept {
-    // acquire: as in steal().
-    if (!ready_.load(std::memory_order_acquire) || steal_refused_.load(std::memory_order_relaxed)) return false;
-    std::size_t idle_siblings = 0;
+  // The held rest of the batch of the sibling whose item has run longest, if at least
+  // steal_after: the thief takes the front half (rounded up: what the victim would have run
+  // next), the other half goes on the victim's queue, where the victim (or another thief) finds
+  // it. Under steal_mutex_, as a queue steal: it moves items between workers.
+  llist_batch<T, Hook> steal_held(std::size_t thief, std::size_t& taken) noexcept {
+    const std::uint64_t now = detail::monotonic_ns();
+    std::size_t victim = count_;
+    std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
     for (std::size_t k = 1; k < count_; ++k) {
-      if (idle(*workers_[(lender + k) % count_])) ++idle_siblings;
+      const std::size_t j = (thief + k) % count_;
+      const std::uint64_t started = workers_[j]->item_started_ns_.load(std::memory_order_relaxed);
+      if (started == 0 || started >= earliest || now - std::min(now, started) < steal_after_ns_) continue;
+      if (workers_[j]->held_.empty()) continue;
+      victim = j;
+      earliest = started;
     }
-    if (idle_siblings == 0) return false;
-    const std::size_t lent = workers_[lender]->hand_back_in_flight();  // on the lender: its own batch
-    (void)wake_idle_siblings(lender, std::min(idle_siblings, lent), /*idle_only=*/true);
-    return true;
+    if (victim == count_) return {};
+    worker_type& from = *workers_[victim];
+    std::unique_lock lock(steal_mutex_);
+    if (steals_refused_locked()) return {};
+    llist_batch<T, Hook> held = from.held_.del_all();  // run order; acquire: pairs with the victim's replace_all
+    if (held.empty()) return held;  // the victim took it back
+    ++steal_events_;  // see "Flush with stealing"
+    const std::size_t size = held.size();
+    const bool oldest_first = opts_.worker.order == drain_order::oldest_first;
+    llist_chain<T, Hook> mine;  // both chains front = newest, as on a queue
+    llist_chain<T, Hook> rest;
+    for (std::size_t i = 0; i < size; ++i) {
+      T& item = *held.pop_front();
+      llist_chain<T, Hook>& to = i < size - size / 2 ? mine : rest;
+      if (oldest_first) {
+        to.push_front(item);  // run order is oldest first
+      } else {
+        to.push_back(item);  // run order is newest first
+      }
+    }
+    taken = size - size / 2;
+    const bool left_some = !rest.empty();
+    if (from.queue_.add_batch(std::move(rest))) from.kick_after_first_add();  // not stopped: as in steal_queued
+    lock.unlock();
+    if (left_some) (void)wake_idle_siblings(thief, 1);
+    llist<T, Hook> shape;  // a chain becomes a batch (newest first) through a private list
+    (void)shape.add_batch(std::move(mine));
+    return shape.del_all();
+  }
+
+  // Before worker `watcher` sleeps (see "No lost watch"): no_watch if no sibling holds a
+  // batch; else how long until the longest-running held item reaches steal_after (0: steal
+  // now), at least min_watch_ns while steals are refused or the holder's item is young.
+  std::uint64_t watch(std::size_t watcher) noexcept {
+    // acquire: as in steal().
+    if (!ready_.load(std::memory_order_acquire)) return worker_type::no_watch;
+    worker_type& self = *workers_[watcher];
+    // seq_cst: pairs with holding()'s load of watching_ (see "No lost watch").
+    self.watching_.store(false, std::memory_order_seq_cst);
+    std::uint64_t earliest = 0;
+    bool stealable = false;
+    for (std::size_t k = 1; k < count_; ++k) {
+      const worker_type& sibling = *workers_[(watcher + k) % count_];
+      // seq_cst: pairs with the holder's first item_started_ns_ store of a batch.
+      const std::uint64_t started = sibling.item_started_ns_.load(std::memory_order_seq_cst);
+      if (started == 0) continue;
+      if (earliest == 0 || started < earliest) earliest = started;
+      if (!sibling.held_.empty()) stealable = true;
+    }
+    if (earliest == 0) return worker_type::no_watch;
+    self.watching_.store(true, std::memory_order_seq_cst);  // seq_cst: as above
+    if (steal_refused_.load(std::memory_order_relaxed)) return min_watch_ns;
+    const std::uint64_t now = detail::monotonic_ns();
+    const std::uint64_t ripe = earliest + steal_after_ns_;
+    if (now >= ripe) return stealable ? 0 : min_watch_ns;
+    return std::max(ripe - now, min_watch_ns);
+  }
+
+  // Worker `holder` has just put the rest of a new batch in held_: wake every idle sibling
+  // that sleeps without a limit (see "No lost watch").
+  void holding(std::size_t holder) noexcept {
+    // acquire: as in steal().
+    if (!ready_.load(std::memory_order_acquire)) return;
+    for (std::size_t k = 1; k < count_; ++k) {
+      worker_type& sibling = *workers_[(holder + k) % count_];
+      // seq_cst: both pair with watch()'s stores and set_idle(true) (see "No lost watch").
+      if (sibling.watching_.load(std::memory_order_seq_cst)) continue;
+      if (!sibling.idle_.load(std::memory_order_seq_cst)) continue;
+      (void)sibling.kick();
+    }
   }
 
   // ---- waking siblings ------------------------------------------------------------------------
@@ -550,13 +661,12 @@ class reaper_pool final : private detail::fork_participant {
 
   // Kicks up to `most` siblings of worker `from` (nearest after it first) with the reaper's
   // kick, an RMW that no sleep can miss: a sleeping one wakes, a spinning one will not sleep;
-  // either makes another pass, finds its queue empty and steals. Idle ones first; unless
-  // `idle_only`, then busy ones not yet kicked: the kick makes a busy sibling look for work to
-  // steal once more before it next sleeps, which closes the window between its last steal
-  // attempt and its sleep.
-  std::size_t wake_idle_siblings(std::size_t from, std::size_t most, bool idle_only = false) noexcept {
+  // either makes another pass, finds its queue empty and steals. Idle ones first, then busy
+  // ones not yet kicked: the kick makes a busy sibling look for work to steal once more before
+  // it next sleeps, which closes the window between its last steal attempt and its sleep.
+  std::size_t wake_idle_siblings(std::size_t from, std::size_t most) noexcept {
     std::size_t woken = 0;
-    for (int pass = 0; pass < (idle_only ? 1 : 2); ++pass) {
+    for (int pass = 0; pass < 2; ++pass) {
       for (std::size_t k = 1; k < count_ && woken < most; ++k) {
         worker_type& sibling = *workers_[(from + k) % count_];
         if (!(pass == 0 ? idle(sibling) : unkicked(sibling))) continue;
