@@ -458,6 +458,9 @@ class deferred_domain {
   /// The reaper's own statistics (worker CPU time, wake-ups, batches...).
   reaper_stats reaper_statistics() const noexcept { return async_.reaper_statistics(); }
 
+  /// The trace domain every event of this domain carries (its async_teardown's; trace.hpp).
+  std::uint64_t trace_domain() const noexcept { return async_.trace_domain(); }
+
  private:
   using queue_type = async_teardown<detail::deferred_node, &detail::deferred_node::hook, detail::deferred_traits>;
 
@@ -483,7 +486,8 @@ class deferred_domain {
   decision free_inline(sharded_counter& counter, const char* reason, detail::free_function free_payload, void* payload,
                        std::size_t length, std::uint64_t bytes, decision why) {
     counter.add();
-    trace::sync(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(payload)), bytes, reason);
+    trace::sync(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(payload)), bytes, reason,
+                async_.trace_domain());
     free_payload(payload, length);
     return why;
   }
