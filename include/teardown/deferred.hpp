@@ -37,7 +37,7 @@
 //   flush, flush_for, drain, freeze, thaw, shutdown
 //                       any thread but the domain's reaper (a destructor running there is
 //                       refused with std::logic_error: it would wait for itself); may block.
-//   stats, enabled, threshold, max_pending, set_threshold
+//   stats, enabled, threshold, max_pending, set_threshold, trace_domain
 //                       any thread; wait-free.
 //   enable, disable, set_enabled, set_max_pending
 //                       any thread; writers serialize (may block briefly).
