@@ -353,13 +353,13 @@ class async_teardown {
       // and everything queued behind this item.
       traits_.prepare(item);
       if (!budget_.try_reserve(cost)) {
-        trace::reject(item_id(item), cost, budget_.pending(), budget_.cap());
+        trace::reject(item_id(item), cost, budget_.pending(), budget_.cap(), trace_domain_);
         return tear_down_inline(item, cost, decision::sync_rejected);
       }
       traits_.charge(item) = cost;
       if constexpr (requires { traits_.queued_at(item); }) traits_.queued_at(item) = detail::monotonic_ns();
       const detail::thread_identity& who = detail::this_thread_identity();
-      trace::queue(item_id(item), cost, who.tid, who.name, detail::current_cpu());
+      trace::queue(item_id(item), cost, who.tid, who.name, detail::current_cpu(), trace_domain_);
       queued_.add();  // before the enqueue: reaped never overtakes queued
       reaper_->enqueue(item);
       return decision::queued;
@@ -405,7 +405,9 @@ class async_teardown {
       }
       chain.for_each([&](T& item) { traits_.prepare(item); });
       if (!budget_.try_reserve(total)) {
-        chain.for_each([&](T& item) { trace::reject(item_id(item), traits_.charge(item), budget_.pending(), budget_.cap()); });
+        chain.for_each([&](T& item) {
+          trace::reject(item_id(item), traits_.charge(item), budget_.pending(), budget_.cap(), trace_domain_);
+        });
         return tear_down_chain_inline(std::move(chain), decision::sync_rejected);
       }
       const std::uint64_t now = detail::monotonic_ns();
@@ -413,7 +415,7 @@ class async_teardown {
       const int cpu = detail::current_cpu();
       chain.for_each([&](T& item) {
         if constexpr (requires { traits_.queued_at(item); }) traits_.queued_at(item) = now;
-        trace::queue(item_id(item), traits_.charge(item), who.tid, who.name, cpu);
+        trace::queue(item_id(item), traits_.charge(item), who.tid, who.name, cpu, trace_domain_);
       });
       queued_.add(items);  // before the enqueue: reaped never overtakes queued
       reaper_->enqueue_chain(std::move(chain));
@@ -547,6 +549,10 @@ class async_teardown {
   Traits& traits() noexcept { return traits_; }
   const Traits& traits() const noexcept { return traits_; }
 
+  /// This instance's trace domain (trace.hpp): process-unique, nonzero, fixed at construction,
+  /// carried by every event it emits (a pool's workers share it). Wait-free.
+  std::uint64_t trace_domain() const noexcept { return trace_domain_; }
+
  private:
   // Constructs the reaper in place (the optional is initialized straight from the returned
   // prvalue): optional::emplace would first reset it, which GCC 12 reads, wrongly, as a possible
@@ -640,7 +646,7 @@ class async_teardown {
     if (why == decision::sync_rejected) rejected_.add(1, std::memory_order_release);
     if (why == decision::sync_stalled) stalled_.add(1, std::memory_order_release);
     if (why == decision::sync_uncontended) uncontended_.add(1, std::memory_order_release);
-    trace::sync(item_id(item), cost, to_string(why));
+    trace::sync(item_id(item), cost, to_string(why), trace_domain_);
     traits_.destroy(item);
     return why;
   }
@@ -656,7 +662,7 @@ class async_teardown {
       const std::uint64_t since = traits_.queued_at(item);
       waited = now > since ? now - since : 0;
     }
-    trace::reap(item_id(item), charge, live, detail::current_cpu(), waited);  // before destroy frees it
+    trace::reap(item_id(item), charge, live, detail::current_cpu(), waited, trace_domain_);  // before destroy frees it
     // Released and counted even if destroy throws: the item is gone either way, and releasing
     // twice or never would drift the budget.
     struct settle {
@@ -674,6 +680,9 @@ class async_teardown {
   Key toggle_;
   std::atomic<std::uint64_t> threshold_;
   std::atomic<std::uint32_t> min_concurrent_;
+  // Beside the knobs put() reads anyway, on lines no other thread writes; a USDT probe may name
+  // it as a memory operand, so an unhooked event does not even load it.
+  const std::uint64_t trace_domain_ = trace::new_domain();
   // Its own budget, or the shared one (kept alive here while items charged to it are queued).
   std::shared_ptr<budget> budget_owner_;
   budget& budget_;

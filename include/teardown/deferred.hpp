@@ -37,7 +37,7 @@
 //   flush, flush_for, drain, freeze, thaw, shutdown
 //                       any thread but the domain's reaper (a destructor running there is
 //                       refused with std::logic_error: it would wait for itself); may block.
-//   stats, enabled, threshold, max_pending, set_threshold
+//   stats, enabled, threshold, max_pending, set_threshold, trace_domain
 //                       any thread; wait-free.
 //   enable, disable, set_enabled, set_max_pending
 //                       any thread; writers serialize (may block briefly). set_max_pending on
@@ -461,6 +461,9 @@ class deferred_domain {
   /// The reaper's own statistics (worker CPU time, wake-ups, batches...).
   reaper_stats reaper_statistics() const noexcept { return async_.reaper_statistics(); }
 
+  /// The trace domain every event of this domain carries (its async_teardown's; trace.hpp).
+  std::uint64_t trace_domain() const noexcept { return async_.trace_domain(); }
+
  private:
   using queue_type = async_teardown<detail::deferred_node, &detail::deferred_node::hook, detail::deferred_traits>;
 
@@ -494,7 +497,8 @@ class deferred_domain {
   decision free_inline(sharded_counter& counter, const char* reason, detail::free_function free_payload, void* payload,
                        std::size_t length, std::uint64_t bytes, decision why) {
     counter.add();
-    trace::sync(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(payload)), bytes, reason);
+    trace::sync(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(payload)), bytes, reason,
+                async_.trace_domain());
     free_payload(payload, length);
     return why;
   }

@@ -9,33 +9,84 @@
 //         teardown:reject). Unattached, a probe is a single nop instruction plus an ELF note;
 //         perf, bpftrace and SystemTap attach to it without recompiling, e.g.
 //           bpftrace -e 'usdt:./app:teardown:queue { @cost = hist(arg1); }'
-//         Arguments are the event's fields in the order of the structs below.
-//   hook  A program may register one function per event at run time (set_hook). Each event's
-//         hook sits behind a static_key, so an unhooked event costs one relaxed load.
+//           bpftrace -e 'usdt:./app:teardown:queue { @cost[arg5] = hist(arg1); }'  (per domain)
+//         Arguments are the event's fields in the order of the structs below, the domain last:
+//           queue  (id, cost, tid, thread_name, cpu, domain)             arg5 = domain
+//           reap   (id, charged_cost, live_cost, cpu, wait_ns, domain)   arg5 = domain
+//           sync   (id, cost, reason, domain)                            arg3 = domain
+//           reject (id, cost, pending, cap, domain)                      arg4 = domain
+//   hook  A program may install up to max_hooks (8) functions per event at run time
+//         (add_hook), each removable on its own (remove_hook). Each event's hooks sit behind
+//         a static_key that is on while any is installed, so an unhooked event costs one
+//         relaxed load.
+//
+// The domain: every instance that emits events — an async_teardown, and so a deferred_domain
+// and each of the model's workers (mm_reaper, swap_release) — takes a process-unique, nonzero
+// id at construction (new_domain()), returned by its trace_domain(), and carries it in every
+// event it emits: two instances' events are told apart by it. 0 means "not emitted by an
+// instance" (a program calling the emit functions itself without one). A reaper_pool behind one
+// async_teardown is one domain. Ids are unique per copy of this header's counter: a program
+// that builds shared objects with hidden visibility has one counter per shared object.
 //
 // Detection: defining TEARDOWN_HAVE_SDT (to anything; the CMake target does so in its own build
 // tree when it finds sys/sdt.h) forces the probes on, defining TEARDOWN_NO_SDT forces them off;
 // otherwise __has_include decides.
 //
 // Who may call what
-//   emit functions (trace::queue, ...)  any thread. Wait-free when unhooked; when hooked they
-//                                       call the hook on the emitting thread, which must then
-//                                       be as cheap and as thread-safe as the caller needs.
-//   set_hook / clear_hook               any thread; writers serialize on a mutex per event
-//                                       (may block briefly). An emit racing with set_hook may run
-//                                       the old hook, the new one, or none.
+//   emit functions (trace::queue, ...)  any thread, and signal handlers. Wait-free and
+//                                       async-signal-safe (no lock, no allocation): unhooked, a
+//                                       nop and one relaxed load; hooked, two RMWs on a per-event
+//                                       line, max_hooks loads and the hooks, called on the
+//                                       emitting thread, which must then be as cheap, as
+//                                       thread-safe and as signal-safe as the caller needs.
+//   add_hook                            any thread, a hook included; writers serialize on a
+//                                       mutex per event (may block briefly). Throws, changing
+//                                       nothing: std::invalid_argument for nullptr or a hook
+//                                       already installed for the event, std::length_error when
+//                                       the event already has max_hooks.
+//   remove_hook, set_hook, clear_hook   any thread but a hook's and a signal handler (each
+//                                       waits for the hooks running at its call, so from inside
+//                                       one it would wait for itself). Blocking: returns once no
+//                                       emit that could have loaded a removed hook is still
+//                                       running, so afterwards a removed hook is never called
+//                                       again. remove_hook of a hook not installed is a no-op
+//                                       that returns false. set_hook(fn) replaces every hook of
+//                                       the event with fn (nullptr: none); clear_hook removes
+//                                       them all.
+//   hooked                              any thread; wait-free.
+// An emit racing with a writer may or may not call a hook being added, and may still call a
+// hook being removed (once), until that remove returns. Each emit calls each hook at most once,
+// in no specified order. A child forked while another thread was inside a hook may use every
+// writer (its in-flight counts restart at zero); a child forked from inside a hook, or while
+// another thread was inside a writer, may only exec or _exit.
 //
 // Strings (thread names, reasons) travel as `const char*`, never as fixed-size copies: a hook or
 // a probe reads them during the event, and they must stay valid only for that long.
 //
-// Memory ordering: set_hook stores the function with release and emit loads it with acquire,
-// so whatever the program set up before set_hook (state the hook reads) is visible to a hook
-// called on another thread. The key itself is relaxed (see static_key.hpp).
+// Memory ordering: a hook is installed with a release store and loaded by the emit with acquire
+// (seq_cst, which includes it), so whatever the program set up before add_hook (state the hook
+// reads) is visible to a hook called on another thread. Removal is the store-buffering pattern,
+// all four accesses seq_cst: the emit counts itself in flight, then loads the hooks; the writer
+// stores nullptr, then reads the counts. So either the emit loads nullptr, or the writer sees it
+// counted and waits for its release decrement (which its acquire read of 0 pairs with); hence
+// "never called again". The key itself is relaxed (see static_key.hpp). docs/design.md has the
+// argument at length.
 #pragma once
 
+#include <pthread.h>
+
+#include <array>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <type_traits>
 
 #include "teardown/static_key.hpp"
 
@@ -67,6 +118,7 @@ struct queue_event {
   std::int64_t tid;          // the producing thread's kernel thread id
   const char* thread_name;   // the producing thread's name
   int cpu;                   // the CPU the producer ran on, or -1
+  std::uint64_t domain;      // the emitting instance's trace_domain(); 0: none
 };
 
 /// The reaper picked an item up, just before tearing it down (the item may be freed after).
@@ -77,6 +129,7 @@ struct reap_event {
                                // shrank while the item waited
   int cpu;                     // the reaper's CPU, or -1
   std::uint64_t wait_ns;       // from enqueue to now
+  std::uint64_t domain;
 };
 
 /// An item was torn down inline on the caller; reason is a static string ("disabled", ...).
@@ -84,6 +137,7 @@ struct sync_event {
   std::uint64_t id;
   std::uint64_t cost;
   const char* reason;
+  std::uint64_t domain;
 };
 
 /// An eligible item did not fit the budget and was torn down inline.
@@ -92,81 +146,233 @@ struct reject_event {
   std::uint64_t cost;
   std::uint64_t pending;  // the budget's pending at the time
   std::uint64_t cap;      // the budget's cap at the time
+  std::uint64_t domain;
 };
+
+/// The four events, the only ones hooks can be installed for.
+template <class Event>
+concept event = std::is_same_v<Event, queue_event> || std::is_same_v<Event, reap_event> ||
+                std::is_same_v<Event, sync_event> || std::is_same_v<Event, reject_event>;
 
 template <class Event>
 using hook = void (*)(const Event&);
 
+/// The most hooks one event holds at once.
+inline constexpr std::size_t max_hooks = 8;
+
+/// A new trace domain: process-unique (per copy of this header's counter) and nonzero. Every
+/// instance that emits events takes one at construction. Wait-free.
+inline std::uint64_t new_domain() noexcept {
+  // Relaxed: the ids only have to differ, and a single RMW counter hands out each value once.
+  static constinit std::atomic<std::uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 namespace detail {
 
-// One slot per event type: the hook and the key that gates it. Constant-initialized.
+// One per event type: its hooks, the key that gates them, and the count of emits in flight
+// that a remover waits out. Constant-initialized, so usable before main and from any handler.
 template <class Event>
 struct hook_slot {
-  static inline static_key key{false};
-  static inline std::atomic<hook<Event>> function{nullptr};
-  static inline std::mutex writers;  // serializes set_hook, so key and function agree
+  static constinit inline static_key key{false};
+  // Read-mostly: written by writers only.
+  static constinit inline std::array<std::atomic<hook<Event>>, max_hooks> functions{};
+  // Written by every hooked emit: a line of its own. The emit counts itself on the side that
+  // phase names; a remover flips phase so that the side it waits on only drains.
+  struct alignas(64) in_flight_counts {
+    std::array<std::atomic<std::uint64_t>, 2> count{};
+    std::atomic<std::uint32_t> phase{0};
+  };
+  static constinit inline in_flight_counts in_flight{};
+  static constinit inline std::mutex writers;  // serializes the writers: slots and key agree
+  static constinit inline std::mutex drainers;  // serializes the waits, so no two flip phase
 
   static void call(const Event& event) noexcept {
-    // acquire: pairs with the release store in set_hook.
-    if (const hook<Event> fn = function.load(std::memory_order_acquire)) fn(event);
+    // Relaxed: phase only steers which side a remover drains first; either side is counted.
+    const std::uint32_t side = in_flight.phase.load(std::memory_order_relaxed) & 1u;
+    // seq_cst: pairs with the remover's seq_cst store of nullptr and read of the count (the
+    // store-buffering pattern in the header comment): counted before the hooks are loaded.
+    in_flight.count[side].fetch_add(1, std::memory_order_seq_cst);
+    for (std::atomic<hook<Event>>& slot : functions) {
+      // seq_cst (so acquire): pairs with the release store of add_hook/set_hook, and with the
+      // remover's seq_cst store of nullptr.
+      if (const hook<Event> fn = slot.load(std::memory_order_seq_cst)) fn(event);
+    }
+    // release: pairs with the acquire (seq_cst) read of 0 in drain(): the hooks' work happens
+    // before the remove returns.
+    in_flight.count[side].fetch_sub(1, std::memory_order_release);
+  }
+
+  // Waits until every emit that may have loaded a hook removed before this call has finished.
+  // Each side is drained while new emits count on the other, so the wait ends under any load.
+  static void drain() {
+    const std::lock_guard lock(drainers);
+    const std::uint32_t first = in_flight.phase.load(std::memory_order_relaxed) & 1u;
+    in_flight.phase.store(first ^ 1u, std::memory_order_relaxed);  // a hint, ordered by nothing
+    wait_until_idle(first);
+    in_flight.phase.store(first, std::memory_order_relaxed);
+    wait_until_idle(first ^ 1u);
+  }
+
+  static void wait_until_idle(std::uint32_t side) {
+    // seq_cst: pairs with the emit's seq_cst increment (see call()); reading 0 is also an
+    // acquire of the release decrements.
+    for (unsigned spins = 0; in_flight.count[side].load(std::memory_order_seq_cst) != 0; ++spins) {
+      if (spins < 1000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));  // a hook that blocks
+      }
+    }
+  }
+
+  // In a fork child only the forking thread exists: the emits the other threads had in flight
+  // will never finish there, so their counts must not make a remover wait.
+  static void forget_in_flight() noexcept {
+    in_flight.count[0].store(0, std::memory_order_relaxed);
+    in_flight.count[1].store(0, std::memory_order_relaxed);
   }
 };
 
-}  // namespace detail
-
-/// Registers fn for Event (queue_event, reap_event, sync_event, reject_event); nullptr clears.
-/// May block briefly behind another writer.
-template <class Event>
-void set_hook(hook<Event> fn) {
-  using slot = detail::hook_slot<Event>;
-  const std::lock_guard lock(slot::writers);
-  slot::function.store(fn, std::memory_order_release);  // pairs with the acquire in call()
-  // An emit that still sees the old key value either skips the event or calls whichever
-  // function it loads; call() tolerates null.
-  slot::key.set(fn != nullptr);
+inline void forget_in_flight_after_fork() noexcept {
+  hook_slot<queue_event>::forget_in_flight();
+  hook_slot<reap_event>::forget_in_flight();
+  hook_slot<sync_event>::forget_in_flight();
+  hook_slot<reject_event>::forget_in_flight();
 }
 
-template <class Event>
+// Once per process (per copy of this header), from the first install: the child handler only.
+inline void register_fork_handler() {
+  static const int error = pthread_atfork(nullptr, nullptr, &forget_in_flight_after_fork);
+  if (error != 0) throw std::system_error(error, std::generic_category(), "teardown::trace: pthread_atfork failed");
+}
+
+}  // namespace detail
+
+/// Installs fn as one more hook for Event (queue_event, reap_event, sync_event, reject_event).
+/// Throws, changing nothing, std::invalid_argument if fn is nullptr or already installed for
+/// Event, std::length_error if Event already has max_hooks hooks (std::system_error if the
+/// fork handler cannot be registered). May block briefly behind another writer. Safe from a hook.
+template <event Event>
+void add_hook(hook<Event> fn) {
+  using slot = detail::hook_slot<Event>;
+  if (fn == nullptr) throw std::invalid_argument("teardown::trace::add_hook: the hook is nullptr");
+  const std::lock_guard lock(slot::writers);
+  std::atomic<hook<Event>>* free = nullptr;
+  for (std::atomic<hook<Event>>& function : slot::functions) {
+    const hook<Event> installed = function.load(std::memory_order_relaxed);  // only writers store
+    if (installed == fn) {
+      throw std::invalid_argument("teardown::trace::add_hook: this hook is already installed for the event");
+    }
+    if (installed == nullptr && free == nullptr) free = &function;
+  }
+  if (free == nullptr) {
+    throw std::length_error("teardown::trace::add_hook: the event already has max_hooks (" +
+                            std::to_string(max_hooks) + ") hooks");
+  }
+  detail::register_fork_handler();
+  free->store(fn, std::memory_order_release);  // pairs with the acquire (seq_cst) load in call()
+  // After the store: an emit that sees the key on early finds no hook yet, and skips it.
+  slot::key.set(true);
+}
+
+/// Removes fn from Event's hooks and waits until no emit that may have loaded it is running:
+/// once it returns, fn is never called again for Event. Returns false, doing nothing, if fn is
+/// not installed (nullptr included). Blocking; never from a hook or a signal handler.
+template <event Event>
+bool remove_hook(hook<Event> fn) {
+  using slot = detail::hook_slot<Event>;
+  if (fn == nullptr) return false;
+  {
+    const std::lock_guard lock(slot::writers);
+    bool found = false;
+    bool others = false;
+    for (std::atomic<hook<Event>>& function : slot::functions) {
+      const hook<Event> installed = function.load(std::memory_order_relaxed);  // only writers store
+      if (installed == fn) {
+        // seq_cst: pairs with the emit's seq_cst increment and load (see call()).
+        function.store(nullptr, std::memory_order_seq_cst);
+        found = true;
+      } else if (installed != nullptr) {
+        others = true;
+      }
+    }
+    if (!found) return false;
+    if (!others) slot::key.set(false);
+  }
+  // Outside writers: a hook may add_hook while this waits for it.
+  slot::drain();
+  return true;
+}
+
+/// Replaces every hook of Event with fn (nullptr: removes them all), then waits as remove_hook
+/// does for the hooks it removed. An emit racing with it calls the old hooks, fn, or a mix,
+/// each at most once. Blocking; never from a hook or a signal handler.
+template <event Event>
+void set_hook(hook<Event> fn) {
+  using slot = detail::hook_slot<Event>;
+  bool removed = false;
+  {
+    const std::lock_guard lock(slot::writers);
+    if (fn != nullptr) detail::register_fork_handler();
+    // The other slots are emptied before fn lands in the first: an emit that loads fn there
+    // then sees them empty (emits load the slots in order), so it never calls fn twice.
+    for (std::size_t index = 1; index < max_hooks; ++index) {
+      // seq_cst: pairs with the emit's seq_cst increment and load (see call()).
+      removed |= slot::functions[index].exchange(nullptr, std::memory_order_seq_cst) != nullptr;
+    }
+    // seq_cst: releases fn to the emit's acquire load, and removes the old first hook.
+    const hook<Event> old = slot::functions[0].exchange(fn, std::memory_order_seq_cst);
+    removed |= old != nullptr && old != fn;
+    slot::key.set(fn != nullptr);
+  }
+  if (removed) slot::drain();
+}
+
+/// Removes every hook of Event and waits as remove_hook does. Blocking; never from a hook or a
+/// signal handler.
+template <event Event>
 void clear_hook() {
   set_hook<Event>(nullptr);
 }
 
-/// True if Event has a hook registered. Wait-free.
-template <class Event>
+/// True if Event has at least one hook installed. Wait-free.
+template <event Event>
 bool hooked() noexcept {
   return detail::hook_slot<Event>::key.enabled();
 }
 
-// The emit functions. Each is wait-free when unhooked: a nop (USDT) and one relaxed load.
+// The emit functions. Each is wait-free when unhooked: a nop (USDT) and one relaxed load. The
+// domain is the last argument of each (0: not emitted by an instance).
 
-inline void queue(std::uint64_t id, std::uint64_t cost, std::int64_t tid, const char* thread_name,
-                  int cpu) noexcept {
-  TEARDOWN_TRACE(queue, id, cost, tid, thread_name, cpu);
+inline void queue(std::uint64_t id, std::uint64_t cost, std::int64_t tid, const char* thread_name, int cpu,
+                  std::uint64_t domain = 0) noexcept {
+  TEARDOWN_TRACE(queue, id, cost, tid, thread_name, cpu, domain);
   if (hooked<queue_event>()) [[unlikely]] {
-    detail::hook_slot<queue_event>::call(queue_event{id, cost, tid, thread_name, cpu});
+    detail::hook_slot<queue_event>::call(queue_event{id, cost, tid, thread_name, cpu, domain});
   }
 }
 
 inline void reap(std::uint64_t id, std::uint64_t charged_cost, std::uint64_t live_cost, int cpu,
-                 std::uint64_t wait_ns) noexcept {
-  TEARDOWN_TRACE(reap, id, charged_cost, live_cost, cpu, wait_ns);
+                 std::uint64_t wait_ns, std::uint64_t domain = 0) noexcept {
+  TEARDOWN_TRACE(reap, id, charged_cost, live_cost, cpu, wait_ns, domain);
   if (hooked<reap_event>()) [[unlikely]] {
-    detail::hook_slot<reap_event>::call(reap_event{id, charged_cost, live_cost, cpu, wait_ns});
+    detail::hook_slot<reap_event>::call(reap_event{id, charged_cost, live_cost, cpu, wait_ns, domain});
   }
 }
 
-inline void sync(std::uint64_t id, std::uint64_t cost, const char* reason) noexcept {
-  TEARDOWN_TRACE(sync, id, cost, reason);
+inline void sync(std::uint64_t id, std::uint64_t cost, const char* reason, std::uint64_t domain = 0) noexcept {
+  TEARDOWN_TRACE(sync, id, cost, reason, domain);
   if (hooked<sync_event>()) [[unlikely]] {
-    detail::hook_slot<sync_event>::call(sync_event{id, cost, reason});
+    detail::hook_slot<sync_event>::call(sync_event{id, cost, reason, domain});
   }
 }
 
-inline void reject(std::uint64_t id, std::uint64_t cost, std::uint64_t pending,
-                   std::uint64_t cap) noexcept {
-  TEARDOWN_TRACE(reject, id, cost, pending, cap);
+inline void reject(std::uint64_t id, std::uint64_t cost, std::uint64_t pending, std::uint64_t cap,
+                   std::uint64_t domain = 0) noexcept {
+  TEARDOWN_TRACE(reject, id, cost, pending, cap, domain);
   if (hooked<reject_event>()) [[unlikely]] {
-    detail::hook_slot<reject_event>::call(reject_event{id, cost, pending, cap});
+    detail::hook_slot<reject_event>::call(reject_event{id, cost, pending, cap, domain});
   }
 }
 

@@ -930,6 +930,11 @@ class basic_mm_system {
   std::uint64_t pending_high_water() const noexcept { return async_.stats().high_water; }
   /// The mm_reaper's statistics (a pool's: its workers' sums).
   reaper_stats reaper_statistics() const noexcept { return async_.reaper_statistics(); }
+  /// The trace domains (trace.hpp) of the mm_reaper's events (a pool's: one for all its workers)
+  /// and of the swap-release worker's; distinct and nonzero. The oom_reaper emits no events.
+  /// Wait-free.
+  std::uint64_t mm_reaper_trace_domain() const noexcept { return async_.trace_domain(); }
+  std::uint64_t swap_release_trace_domain() const noexcept { return swap_release_.trace_domain(); }
   std::uint64_t oom_kills() const noexcept { return oom_kills_.load(std::memory_order_relaxed); }
   /// Teardowns of any kind (exit path, inline mmput, reaper, drain).
   std::uint64_t teardowns() const noexcept { return teardowns_.load(std::memory_order_relaxed); }
