@@ -23,7 +23,11 @@
 //                                       be as cheap and as thread-safe as the caller needs.
 //   set_hook / clear_hook               any thread; writers serialize on a mutex per event
 //                                       (may block briefly). An emit racing with set_hook may run
-//                                       the old hook, the new one, or none.
+//                                       the old hook, the new one, or none. Not from a signal
+//                                       handler (the mutex).
+//   Signal handlers: an emit is async-signal-safe when unhooked (a nop and a relaxed load);
+//   hooked, it is as safe as the hook, which then runs in the handler (the queue event comes
+//   from put(), which may be called from a handler).
 //
 // Strings (thread names, reasons) travel as `const char*`, never as fixed-size copies: a hook or
 // a probe reads them during the event, and they must stay valid only for that long.
