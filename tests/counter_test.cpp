@@ -57,6 +57,7 @@ inline constexpr bool can_refuse = true;
 #else
 inline constexpr bool can_refuse = false;
 #endif
+bool watching() noexcept;  // false: allocations cannot be seen in this build
 }  // namespace alloc_watch
 
 }  // namespace teardown_test
@@ -96,12 +97,18 @@ int posix_memalign(void** out, std::size_t alignment, std::size_t size) {
 extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*, std::size_t),
                                                          void (*free_hook)(const volatile void*));
 namespace {
-[[maybe_unused]] const int alloc_watch_hooked = __sanitizer_install_malloc_and_free_hooks(
-    [](const volatile void*, std::size_t) { (void)teardown_test::alloc_watch::note(); }, nullptr);
+// Both hooks must be given (the runtime refuses a null one and returns 0).
+const int alloc_watch_hooked = __sanitizer_install_malloc_and_free_hooks(
+    [](const volatile void*, std::size_t) { (void)teardown_test::alloc_watch::note(); }, [](const volatile void*) {});
 }  // namespace
 #endif
 
 namespace teardown_test {
+#if TEARDOWN_TEST_UNDER_SANITIZER
+bool alloc_watch::watching() noexcept { return alloc_watch_hooked != 0; }
+#else
+bool alloc_watch::watching() noexcept { return true; }
+#endif
 namespace {
 
 using teardown::sharded_counter;
@@ -279,6 +286,7 @@ TEST(ShardedCounterShardIndexTest, AnExitedThreadsIndexIsGivenToTheNextThread) {
 // inside malloc) and keeps it noexcept for real (no allocation that could fail).
 
 TEST(ShardedCounterFirstAddTest, AllocatesNothing) {
+  ASSERT_TRUE(alloc_watch::watching()) << "the sanitizer refused the allocation hook";
   sharded_counter events(4);
   std::size_t allocations = 0;
   std::thread fresh([&] {  // a fresh thread: its first add takes its shard index
