@@ -82,11 +82,19 @@
 //                             (prepare may block) and the inline teardowns it decides on.
 //                             put_chain takes a chain the caller built alone (llist_chain,
 //                             O(1) push_back) and queues or tears down all of it as one unit.
+//                             From a signal handler: async-signal-safe when it queues (toggle,
+//                             gate, budget, counters, the thread's identity, trace emission and
+//                             the enqueue lock nothing and allocate nothing, a thread's first put
+//                             included), provided Traits' functions and any trace hook are and
+//                             nothing throws (an exception allocates); an inline decision runs
+//                             destroy on the caller, so it is as safe as destroy.
 //   drain                     any thread but a worker; blocking (tears down on the caller).
 //   flush, flush_for, freeze, thaw, shutdown   any thread but a worker; may block (see
 //                             reaper.hpp, reaper_pool.hpp). After shutdown, put tears down
 //                             inline.
-//   enable, disable, set_enabled   any thread; writers serialize (static_key).
+//   enable, disable, set_enabled   any thread; writers serialize (static_key). Not from a
+//                             signal handler (a mutex); nor the constructor, drain and the rest
+//                             that may block. The worker threads block signals (reaper.hpp).
 //   set_threshold, set_max_pending, set_min_concurrent, the getters, stats, stalled,
 //   reaper_statistics, worker_count
 //                             any thread; wait-free (set_max_pending and set_min_concurrent
@@ -243,21 +251,28 @@ struct drain_result {
 namespace detail {
 
 // The producing thread's identity for the queue trace point, taken once per thread: the name
-// is the one the thread had at its first traced put.
+// is the one the thread had at its first traced put. Constant-initialized, trivially
+// destructible thread_locals filled on first use, so that a put from a signal handler neither
+// allocates nor registers a destructor; gettid and pthread_getname_np on the calling thread
+// (prctl) are system calls. A handler that interrupts the filling fills it too, with the same
+// values.
 struct thread_identity {
   std::int64_t tid = 0;
   char name[16] = {};
 };
 
 inline const thread_identity& this_thread_identity() noexcept {
-  thread_local const thread_identity identity = [] {
-    thread_identity id;
+  static constinit thread_local thread_identity identity{};
+  static constinit thread_local std::atomic<bool> known{false};
+  // acquire: pairs with the release below, made by this thread or by a signal handler on it
+  // (no other thread touches these); it keeps the compiler from reading identity before known.
+  if (!known.load(std::memory_order_acquire)) {
 #if defined(__linux__)
-    id.tid = static_cast<std::int64_t>(syscall(SYS_gettid));
-    if (pthread_getname_np(pthread_self(), id.name, sizeof id.name) != 0) id.name[0] = '\0';
+    identity.tid = static_cast<std::int64_t>(syscall(SYS_gettid));
+    if (pthread_getname_np(pthread_self(), identity.name, sizeof identity.name) != 0) identity.name[0] = '\0';
 #endif
-    return id;
-  }();
+    known.store(true, std::memory_order_release);  // identity is complete before known is true
+  }
   return identity;
 }
 

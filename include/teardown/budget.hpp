@@ -14,6 +14,9 @@
 //                                     the counter in between).
 //   pending, cap, rejected, high_water   any thread; wait-free relaxed snapshots.
 //   set_cap, reset_high_water         any thread; wait-free single stores.
+//   Signal handlers: try_reserve, reserve, release and the snapshots are async-signal-safe
+//   (lock-free atomics, nothing else). Whatever throws (the constructor, set_cap's refusal) is
+//   not: an exception allocates.
 //
 // Two policies
 //   add_then_check (`budget`, the default): add first, then look; on overshoot subtract back

@@ -6,19 +6,43 @@
 // it was given on its first add.
 //
 // Who may call what
-//   add(n)     any thread, concurrently. Lock-free (one relaxed fetch_add on the caller's shard;
-//              wait-free where fetch_add is a single instruction, as on x86-64 and AArch64 LSE),
-//              except a thread's very first add of any sharded_counter, which takes its shard
-//              index under a mutex (may block briefly) and may allocate.
-//   read()     any thread. Wait-free: walks the shards with relaxed loads.
+//   add(n)     any thread, concurrently; also a signal handler. Lock-free (one relaxed fetch_add
+//              on the caller's shard; wait-free where fetch_add is a single instruction, as on
+//              x86-64 and AArch64 LSE). A thread's very first add of any sharded structure
+//              (this one, sharded_llist) also takes its shard index: a scan of a fixed table
+//              with compare-and-swap and one pthread_setspecific, lock-free, never allocating.
+//              Async-signal-safe, the first add included, even when the handler interrupted
+//              its thread inside malloc or inside that thread's own first add (see "Shard
+//              indexes"). It cannot fail: under memory exhaustion it counts like any other add.
+//   read()     any thread; also a signal handler. Wait-free: walks the shards with relaxed loads.
+//   construct  may allocate (std::bad_alloc); not async-signal-safe.
 //
-// Why not sched_getcpu(): a thread can migrate between reading its CPU number and adding, so a
-// CPU index would still need an atomic add and would change under the thread's feet; a stable
-// per-thread index gives the same spread without a syscall or vDSO call per add. A thread takes
-// the lowest index no live thread holds on its first add (process-wide, under a mutex, once per
-// thread) and gives it back when it exits, so up to S live threads never share one of S shards,
-// however threads come and go. More live threads than shards wrap around: sharing a shard costs
-// speed, never correctness.
+// Shard indexes. A thread takes the lowest slot no live thread holds in a table of 4096
+// (detail::shard_index_registry::slots, one bit each, taken with a CAS) on its first add, and
+// gives it back when it exits, so up to S live threads never share one of S shards (S <= 256),
+// however threads come and go. With every slot held, a thread takes an index round robin, shared
+// and never given back: sharing a shard costs speed, never correctness. Why not sched_getcpu():
+// a thread can migrate between reading its CPU number and adding, so a CPU index would still
+// need an atomic add and would change under the thread's feet; a stable per-thread index gives
+// the same spread without a syscall or vDSO call per add.
+//
+// Why the first add is async-signal-safe. Nothing on it locks, allocates or registers a
+// thread_local destructor (glibc's __cxa_thread_atexit_impl callocs, and ends the process when
+// that fails). The index lives in a constant-initialized, trivially destructible thread_local
+// word; the slot goes back at thread exit through the destructor of a pthread key made once, at
+// load time or by the first sharded structure's constructor, never on the add path. The add path
+// stores the slot with pthread_setspecific, which writes into the thread descriptor without
+// allocating for glibc's first 32 keys (PTHREAD_KEY_2NDLEVEL_SIZE; a later key's first store on
+// a thread callocs a block) and for every key on musl. A key that would allocate (glibc, a
+// process that already made 32) or that cannot be made is not used: threads then keep their
+// slots until the process ends, and once all are held new threads share (speed only). Reentrancy:
+// a handler that runs the first add while the thread is in the middle of its own claims a slot
+// too; the one that settles second finds the thread's word already set, gives its slot back and
+// uses the word's: one index per thread, nothing leaked. Limits: in an object loaded by
+// dlopen(), glibc allocates a thread's copy of that object's thread_locals on the thread's first
+// touch of them, so there the first add is async-signal-safe only once the thread has added
+// outside a handler. In a fork child the slots of the parent's other threads stay held (those
+// threads never exit there); the forking thread keeps its own.
 //
 // Snapshot semantics of read(): the sum of the shards, each read once. It is not an atomic
 // snapshot of all shards: adds that run during read() may or may not be included. For a
@@ -40,70 +64,168 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <thread>
-#include <vector>
 
 namespace teardown {
 
 namespace detail {
 
-// Hands each live thread the lowest shard index no other live thread holds, and takes it back
-// when the thread exits, so that at most S live threads never share one of S shards however
-// threads come and go. Taken once per thread (a mutex), never on the add path. Deliberately
-// never destroyed: a thread may exit after static destructors have run.
+// The table of shard indexes (see "Shard indexes" in the header comment). Constant-initialized
+// and trivially destructible: usable from the first instruction of the program to its last, in
+// static destructors and on threads that outlive them. Every operation but prepare() and
+// retire() is lock-free and async-signal-safe.
 class shard_index_registry {
  public:
-  static shard_index_registry& instance() {
-    static shard_index_registry* const registry = [] {
-      auto* created = new shard_index_registry;
-      // A fork while another thread holds the mutex would leave it locked in the child.
-      pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
-                     [] { instance().mutex_.unlock(); });
-      return created;
-    }();
-    return *registry;
-  }
+  static constexpr std::size_t slots = 4096;
+  static constexpr std::size_t none = slots;  // claim() found every slot held
 
-  // Returned when the registry cannot grow (out of memory): the thread then shares shard 0
-  // and gives nothing back.
-  static constexpr std::size_t unowned = static_cast<std::size_t>(-1);
+  constexpr shard_index_registry() noexcept = default;
+  shard_index_registry(const shard_index_registry&) = delete;
+  shard_index_registry& operator=(const shard_index_registry&) = delete;
 
-  std::size_t acquire() noexcept {
-    const std::lock_guard lock(mutex_);
-    for (std::size_t i = 0; i < in_use_.size(); ++i) {
-      if (!in_use_[i]) {
-        in_use_[i] = true;
-        return i;
+  static shard_index_registry& instance() noexcept;
+
+  /// The lowest slot no one holds, now held by the caller; none if every slot is held.
+  std::size_t claim() noexcept {
+    for (std::size_t word = 0; word < words; ++word) {
+      std::uint64_t bits = held_[word].load(std::memory_order_relaxed);
+      while (bits != ~std::uint64_t{0}) {
+        const std::uint64_t lowest_free = ~bits & (bits + 1);
+        // relaxed: a slot publishes nothing; the CAS's atomicity alone gives it to one thread.
+        if (held_[word].compare_exchange_weak(bits, bits | lowest_free, std::memory_order_relaxed)) {
+          return word * 64 + static_cast<std::size_t>(std::countr_zero(lowest_free));
+        }
       }
     }
-    try {
-      in_use_.push_back(true);
-    } catch (const std::bad_alloc&) {
-      return unowned;
-    }
-    return in_use_.size() - 1;
+    return none;
   }
 
-  void release(std::size_t index) noexcept {
-    if (index == unowned) return;
-    const std::lock_guard lock(mutex_);
-    in_use_[index] = false;
+  /// Frees a slot claim() returned (none: nothing).
+  void give_back(std::size_t slot) noexcept {
+    if (slot >= slots) return;
+    held_[slot / 64].fetch_and(~(std::uint64_t{1} << (slot % 64)), std::memory_order_relaxed);
+  }
+
+  /// A snapshot: true if someone holds `slot`.
+  bool held(std::size_t slot) const noexcept {
+    return slot < slots && ((held_[slot / 64].load(std::memory_order_relaxed) >> (slot % 64)) & 1) != 0;
+  }
+
+  /// The calling thread's word: 0 until its first add, then (index + 1), with owned_bit set when
+  /// the index is a slot of its own. Constant-initialized and trivially destructible: no guard,
+  /// no allocation, no destructor to register; only the thread and its signal handlers touch it.
+  static std::atomic<std::size_t>& this_thread_word() noexcept {
+    static constinit thread_local std::atomic<std::size_t> word{0};
+    return word;
+  }
+  static constexpr std::size_t index_of(std::size_t word) noexcept { return (word & ~owned_bit) - 1; }
+
+  /// The calling thread's first add: claim, then settle.
+  std::size_t take_for_this_thread() noexcept { return settle_for_this_thread(claim()); }
+
+  /// Makes `claimed` (claim()'s result) the calling thread's index, unless the thread got one
+  /// meanwhile (a signal handler ran its first add in between): then `claimed` goes back and the
+  /// thread keeps the one it has. Returns the thread's index.
+  std::size_t settle_for_this_thread(std::size_t claimed) noexcept {
+    const std::size_t word = claimed < slots ? (claimed + 1) | owned_bit : shared_index() + 1;
+    std::size_t current = 0;
+    // relaxed: the word is this thread's; a handler runs on the thread, in program order.
+    if (!this_thread_word().compare_exchange_strong(current, word, std::memory_order_relaxed)) {
+      give_back(claimed);
+      return index_of(current);
+    }
+    if (claimed < slots) give_back_at_exit(word);
+    return index_of(word);
+  }
+
+  /// Makes the thread-exit key, once. Not on the add path: called at load time and by the
+  /// sharded structures' constructors (it may take libc's locks).
+  void prepare() noexcept {
+    if (key_state_.load(std::memory_order_relaxed) != key_absent) return;
+    unsigned expected = key_absent;
+    if (!key_state_.compare_exchange_strong(expected, key_making, std::memory_order_relaxed)) return;
+    unsigned state = key_unusable;
+    pthread_key_t key{};
+    if (pthread_key_create(&key, &thread_exiting) == 0) {
+      if (stores_in_place(key)) {
+        key_ = key;
+        state = key_ready;
+      } else {
+        (void)pthread_key_delete(key);
+      }
+    }
+    // release: pairs with the acquire in give_back_at_exit, which then reads key_.
+    key_state_.store(state, std::memory_order_release);
+  }
+
+  /// Deletes the key when the code that holds thread_exiting goes away (the end of the
+  /// program, or dlclose of the object holding this copy): no thread runs it afterwards.
+  void retire() noexcept {
+    unsigned expected = key_ready;
+    if (key_state_.compare_exchange_strong(expected, key_unusable, std::memory_order_relaxed)) {
+      (void)pthread_key_delete(key_);
+    }
   }
 
  private:
-  std::mutex mutex_;
-  std::vector<bool> in_use_;  // guarded by mutex_
+  static constexpr std::size_t words = slots / 64;
+  static constexpr std::size_t owned_bit = ~(~std::size_t{0} >> 1);
+  static constexpr unsigned key_absent = 0, key_making = 1, key_ready = 2, key_unusable = 3;
+
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::size_t>::is_always_lock_free &&
+                    std::atomic<unsigned>::is_always_lock_free,
+                "teardown: sharded structures need lock-free atomics to be async-signal-safe");
+
+  // True if pthread_setspecific(key, ...) never allocates (see the header comment).
+  static bool stores_in_place(pthread_key_t key) noexcept {
+#if defined(__GLIBC__)
+    return static_cast<unsigned long>(key) < 32;  // glibc's PTHREAD_KEY_2NDLEVEL_SIZE
+#else
+    (void)key;
+    return true;
+#endif
+  }
+
+  // With every slot held: spread over the table, shared.
+  std::size_t shared_index() noexcept { return shared_next_.fetch_add(1, std::memory_order_relaxed) % slots; }
+
+  void give_back_at_exit(std::size_t word) noexcept {
+    // acquire: pairs with the release in prepare(); key_ is then the key it made.
+    if (key_state_.load(std::memory_order_acquire) != key_ready) return;  // kept until the process ends
+    (void)pthread_setspecific(key_, reinterpret_cast<void*>(word));
+  }
+
+  // The key's destructor, at thread exit (after the thread's C++ thread_local destructors).
+  static void thread_exiting(void* value) noexcept {
+    // A later add on this thread (from another key's destructor) takes an index afresh.
+    this_thread_word().store(0, std::memory_order_relaxed);
+    instance().give_back(index_of(reinterpret_cast<std::uintptr_t>(value)));
+  }
+
+  std::atomic<std::uint64_t> held_[words] = {};
+  std::atomic<std::size_t> shared_next_{0};
+  std::atomic<unsigned> key_state_{key_absent};
+  pthread_key_t key_{};  // written once, before key_state_ turns key_ready
 };
 
-// This thread's index: taken on first use, returned at thread exit.
+inline constinit shard_index_registry shard_indexes{};
+
+inline shard_index_registry& shard_index_registry::instance() noexcept { return shard_indexes; }
+
+// Makes the key at load time (before main, while few keys exist) and deletes it when this code
+// goes away.
+struct shard_index_key_owner {
+  shard_index_key_owner() noexcept { shard_indexes.prepare(); }
+  ~shard_index_key_owner() { shard_indexes.retire(); }
+};
+inline const shard_index_key_owner shard_index_key{};
+
+// This thread's index: taken on its first call, given back at thread exit. Lock-free and
+// async-signal-safe (see the header comment).
 inline std::size_t this_thread_shard_index() noexcept {
-  struct holder {
-    std::size_t index = shard_index_registry::instance().acquire();
-    ~holder() { shard_index_registry::instance().release(index); }
-  };
-  thread_local const holder held;
-  return held.index == shard_index_registry::unowned ? 0 : held.index;
+  const std::size_t word = shard_index_registry::this_thread_word().load(std::memory_order_relaxed);
+  if (word != 0) [[likely]] return shard_index_registry::index_of(word);
+  return shard_indexes.take_for_this_thread();
 }
 
 }  // namespace detail
@@ -116,11 +238,14 @@ class sharded_counter {
   explicit sharded_counter(std::size_t shards = 0)
       : mask_(std::bit_ceil(std::clamp<std::size_t>(
                   shards != 0 ? shards : std::thread::hardware_concurrency(), 1, 256)) - 1),
-        shards_(std::make_unique<shard[]>(mask_ + 1)) {}
+        shards_(std::make_unique<shard[]>(mask_ + 1)) {
+    detail::shard_indexes.prepare();  // in case this runs before the load-time call
+  }
   sharded_counter(const sharded_counter&) = delete;
   sharded_counter& operator=(const sharded_counter&) = delete;
 
-  /// Lock-free; see the header comment. `order` is for callers that read several counters as
+  /// Lock-free and async-signal-safe, the thread's first add included; see the header
+  /// comment. `order` is for callers that read several counters as
   /// one snapshot (see "Memory ordering").
   void add(std::uint64_t n = 1, std::memory_order order = std::memory_order_relaxed) noexcept {
     shards_[detail::this_thread_shard_index() & mask_].value.fetch_add(n, order);

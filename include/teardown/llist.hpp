@@ -28,6 +28,10 @@
 //   remove A. Lock-free against concurrent adds.
 // - unsynchronized_add and unsynchronized_del_all are for a caller that owns the list outright
 //   (no other thread touches it): they use plain relaxed loads and stores, no read-modify-write.
+// - Signal handlers: every operation is async-signal-safe on std_atomics (std::atomic<void*> is
+//   lock-free, asserted in atomics.hpp) and on ao_atomics where libatomic_ops' CAS is a CPU
+//   instruction (x86-64, AArch64); a handler may add while its own thread is in the middle of an
+//   add or a del_all. The debug checks' report (fprintf, then abort) is the one exception.
 //
 // Order: a list is a stack. del_all returns its nodes newest first; llist_batch::reverse()
 // turns a batch oldest first. add_batch inserts a prepared chain in one step, keeping the

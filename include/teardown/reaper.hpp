@@ -11,8 +11,11 @@
 //
 // Who may call what (the reaper must outlive every call, enqueue included)
 //   enqueue              any thread, concurrently. Lock-free. Makes a syscall (one futex wake)
-//                        only when its add found the queue empty AND the worker is asleep. After
+//   enqueue_chain        only when its add found the queue empty AND the worker is asleep. After
 //                        stop(), and in a fork child, it runs fn(item) on the caller instead.
+//                        Async-signal-safe while the worker runs, a thread's first enqueue
+//                        included (no lock, no allocation: counter.hpp); after stop() and in a
+//                        fork child it runs fn inline, so it is then as safe as fn (and on_error).
 //   flush, flush_for     any thread but the worker; may block (waits for the worker).
 //   freeze, thaw         any thread but the worker; freeze may block until the worker is parked
 //                        between items. Freezes nest; thaw without freeze throws. A worker
@@ -26,6 +29,15 @@
 //                        std::logic_error (it would wait for itself). fn must not construct or
 //                        destroy a reaper: a fork() on another thread waits for fn to finish
 //                        while it holds the registry of live reapers.
+//   constructor, flush, freeze, thaw, stop, reap_on_caller, destructor: not async-signal-safe.
+//
+// Signals. The worker blocks every signal it can from its first instruction (all but SIGKILL,
+// SIGSTOP and the C library's internal ones), as liburcu's call_rcu threads do: a signal sent to
+// the process (kill, a terminal's SIGINT, SIGTERM meant for a sigwait thread) is never delivered
+// on it. A synchronous fault that fn itself causes on the worker (SIGSEGV, SIGBUS, SIGFPE,
+// SIGILL) is still delivered by the kernel, but to a thread that blocks it the kernel forces the
+// default action: the process ends (with a core dump), and a handler the program installed for
+// that signal (a crash reporter) does not run for it.
 //
 // No lost wake-up. The worker publishes SLEEPING in a state word with an atomic exchange before
 // it sleeps; a producer whose add found the queue empty sets KICKED with an atomic fetch_or and
@@ -79,6 +91,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -226,6 +239,21 @@ inline void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
 #endif
 }
 
+// pthread_create for every thread the library starts: the new thread blocks every signal it can
+// (all but SIGKILL, SIGSTOP and the C library's internal ones) from its first instruction, as
+// liburcu's call_rcu threads do, so that a signal sent to the process never runs a handler (or
+// the default action) on it. The creating thread blocks everything around the call and the new
+// thread inherits that mask; the caller's own mask is restored before returning.
+inline int start_thread_with_signals_blocked(pthread_t* thread, void* (*entry)(void*), void* arg) noexcept {
+  sigset_t every;
+  sigfillset(&every);
+  sigset_t callers;
+  if (const int error = pthread_sigmask(SIG_SETMASK, &every, &callers); error != 0) return error;
+  const int error = pthread_create(thread, nullptr, entry, arg);
+  (void)pthread_sigmask(SIG_SETMASK, &callers, nullptr);
+  return error;
+}
+
 // "0-3,8,10-11" -> {0,1,2,3,8,10,11}
 inline std::set<int> parse_cpu_list(const std::string& text) {
   std::set<int> cpus;
@@ -286,10 +314,8 @@ class fork_registry {
     // Never destroyed: a fork may happen while static destructors run.
     static fork_registry* const registry = [] {
       auto* created = new fork_registry;
-      // Prepare handlers run in reverse order of registration: registering after the shard
-      // registry makes ours run first, parking the workers before its mutex is taken (fn may
-      // need it: a thread's first enqueue takes it).
-      (void)shard_index_registry::instance();
+      // No ordering against the shard index registry's handlers is needed: it has none (it
+      // takes no lock; counter.hpp), so a worker parked here never waits on it.
       pthread_atfork(&prepare, &parent, &child);
       return created;
     }();
@@ -368,7 +394,7 @@ class reaper final : private detail::fork_participant {
       worker_running_ = true;
     }
     detail::fork_registry::instance().add(this);
-    if (const int error = pthread_create(&worker_, nullptr, &reaper::worker_entry, this); error != 0) {
+    if (const int error = detail::start_thread_with_signals_blocked(&worker_, &reaper::worker_entry, this); error != 0) {
       detail::fork_registry::instance().remove(this);
       throw std::system_error(error, std::generic_category(), "teardown::reaper: cannot start the worker");
     }
@@ -594,6 +620,7 @@ class reaper final : private detail::fork_participant {
 
   // ---- the worker -----------------------------------------------------------------------------
 
+  // Runs with every blockable signal blocked (detail::start_thread_with_signals_blocked).
   static void* worker_entry(void* self) {
     static_cast<reaper*>(self)->worker_main();
     return nullptr;

@@ -19,6 +19,10 @@
 //                         asleep), plus, with stealing on, at most one kick of a sibling (a futex
 //                         wake if it sleeps) when the add found a backlog older than steal_after.
 //                         After stop(), and in a fork child, fn runs inline on the caller.
+//                         Async-signal-safe as reaper::enqueue (while the workers run; then as
+//                         safe as fn): the worker is the thread's shard index modulo N, taken
+//                         without a lock or an allocation, and a backlog's kick is an RMW and
+//                         at most a futex wake. Every worker blocks signals as a reaper does.
 //   flush, flush_for      any thread but a worker; may block. Every item enqueued before the
 //                         call, on any worker, is torn down when it returns (true).
 //   freeze, thaw          any thread but a worker; freeze may block until every worker is parked
@@ -43,7 +47,7 @@
 // a pool worker that re-queued items, hold places in that rotation). It is the index
 // sharded_llist uses for its shard too, so two producers on one worker share a head only when
 // more than K (its shard count) threads are alive: the spread of one K-shard queue. It is taken
-// once per thread, never on the hot path. enqueue_to(i, item) picks worker i instead.
+// once per thread, lock-free. enqueue_to(i, item) picks worker i instead.
 //
 // Affinity. workers = 0 makes one worker per NUMA node that has an allowed housekeeping CPU
 // (online, not isolated or nohz_full, in this process's mask), each preferring its node's
@@ -410,7 +414,7 @@ class reaper_pool final : private detail::fork_participant {
   /// housekeeping CPUs). Whether the kernel agreed shows in its setup_warnings.
   const std::vector<int>& worker_cpus(std::size_t worker) const { return cpus_.at(worker); }
 
-  /// The worker enqueue() on this thread goes to. Lock-free but for a thread's first call.
+  /// The worker enqueue() on this thread goes to. Lock-free and async-signal-safe.
   std::size_t this_thread_worker() const noexcept {
     return count_ == 1 ? 0 : detail::this_thread_shard_index() % count_;
   }

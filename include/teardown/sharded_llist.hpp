@@ -19,9 +19,10 @@
 //     empty                              -                  -        -
 //
 // - add, add_batch and add_to race with anything. Lock-free: one llist add on the shard, and
-//   at most one exchange on a shared word (see "Was-empty signal"). The exception is a thread's
-//   first call of any of teardown's sharded structures (this one or sharded_counter): it takes
-//   the thread's shard index under a mutex, once, and may allocate (counter.hpp).
+//   at most one exchange on a shared word (see "Was-empty signal"). A thread's first call of
+//   any of teardown's sharded structures (this one or sharded_counter) also takes the thread's
+//   shard index: lock-free too, with no allocation (counter.hpp). Async-signal-safe, the first
+//   call included, as are del_all and empty (on std_atomics; see llist.hpp).
 // - del_all races with adds and with other del_all callers; each node goes to exactly one of
 //   them. Wait-free on std_atomics: K + 1 exchanges and a walk over the nodes it takes (below).
 // - There is no del_first: popping one node would have to pick a shard, would carry llist's
@@ -32,7 +33,7 @@
 // Shards: K is fixed at construction (shard_count()), a power of two so that picking the shard
 // is a mask. A thread adds to shard (its index & (K - 1)), the index it got on its first call
 // (counter.hpp's detail::this_thread_shard_index: the lowest index no live thread holds, given
-// back when the thread exits). Not sched_getcpu(): a thread migrates between reading its CPU
+// back when the thread exits; with more than 4096 live threads, shared). Not sched_getcpu(): a thread migrates between reading its CPU
 // and adding, so a CPU index would not stay with the thread. With at most K live threads
 // adding, no two share a shard, however threads come and go (a round-robin counter would pair
 // them up after thread churn). More threads than shards share: that costs speed, never
@@ -130,13 +131,15 @@ class sharded_llist {
       : mask_(std::bit_ceil(std::clamp<std::size_t>(shards != 0 ? shards : default_shards(), 1,
                                                     max_shards)) -
               1),
-        shards_(std::make_unique<shard[]>(mask_ + 1)) {}
+        shards_(std::make_unique<shard[]>(mask_ + 1)) {
+    detail::shard_indexes.prepare();  // the thread-exit key, in case this runs before load time's
+  }
   sharded_llist(const sharded_llist&) = delete;
   sharded_llist& operator=(const sharded_llist&) = delete;
   ~sharded_llist() = default;  // each shard's llist checks that it holds nothing
 
-  /// Thread-safe and lock-free (but for a thread's first call; see the header comment). Adds
-  /// to the calling thread's shard. Returns true iff the consumer needs a kick: the shard was
+  /// Thread-safe, lock-free and async-signal-safe (see the header comment). Adds to the calling
+  /// thread's shard. Returns true iff the consumer needs a kick: the shard was
   /// empty and no add has claimed the kick since the last del_all began.
   bool add(T& element) noexcept { return add_to(this_thread_shard(), element); }
 
@@ -183,7 +186,7 @@ class sharded_llist {
   std::size_t shard_count() const noexcept { return mask_ + 1; }
 
   /// The shard add() and add_batch() use on the calling thread: the same on every call.
-  /// Lock-free but for the thread's first call (see the header comment).
+  /// Lock-free and async-signal-safe, the thread's first call included (counter.hpp).
   std::size_t this_thread_shard() const noexcept {
     return detail::this_thread_shard_index() & mask_;
   }
