@@ -242,7 +242,7 @@ inline const thread_identity& this_thread_identity() noexcept {
   thread_local const thread_identity identity = [] {
     thread_identity id;
 #if defined(__linux__)
-    id.tid = static_cast<std::int64_t>(syscall(SYS_gettid));
+    id.tid = syscall(SYS_gettid);
     if (pthread_getname_np(pthread_self(), id.name, sizeof id.name) != 0) id.name[0] = '\0';
 #endif
     return id;
@@ -577,7 +577,7 @@ class async_teardown {
     if constexpr (requires { traits_.id(item); }) {
       return static_cast<std::uint64_t>(traits_.id(item));
     } else {
-      return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&item));
+      return reinterpret_cast<std::uintptr_t>(&item);
     }
   }
 
