@@ -268,7 +268,7 @@ inline const thread_identity& this_thread_identity() noexcept {
   // (no other thread touches these); it keeps the compiler from reading identity before known.
   if (!known.load(std::memory_order_acquire)) {
 #if defined(__linux__)
-    identity.tid = static_cast<std::int64_t>(syscall(SYS_gettid));
+    identity.tid = syscall(SYS_gettid);
     if (pthread_getname_np(pthread_self(), identity.name, sizeof identity.name) != 0) identity.name[0] = '\0';
 #endif
     known.store(true, std::memory_order_release);  // identity is complete before known is true
@@ -622,7 +622,7 @@ class async_teardown {
     if constexpr (requires { traits_.id(item); }) {
       return static_cast<std::uint64_t>(traits_.id(item));
     } else {
-      return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&item));
+      return reinterpret_cast<std::uintptr_t>(&item);
     }
   }
 

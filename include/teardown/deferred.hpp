@@ -239,7 +239,7 @@ struct deferred_traits {
   // The trace points name the object (or the mapping), not its node: the inline paths that
   // never allocate a node report the same id.
   static std::uint64_t id(const deferred_node& node) noexcept {
-    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(node.payload));
+    return reinterpret_cast<std::uintptr_t>(node.payload);
   }
 };
 
@@ -497,8 +497,7 @@ class deferred_domain {
   decision free_inline(sharded_counter& counter, const char* reason, detail::free_function free_payload, void* payload,
                        std::size_t length, std::uint64_t bytes, decision why) {
     counter.add();
-    trace::sync(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(payload)), bytes, reason,
-                async_.trace_domain());
+    trace::sync(reinterpret_cast<std::uintptr_t>(payload), bytes, reason, async_.trace_domain());
     free_payload(payload, length);
     return why;
   }

@@ -290,7 +290,7 @@ inline std::vector<int> housekeeping_cpus() {
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
     for (int cpu : cpus) {
-      if (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &allowed)) result.push_back(cpu);
+      if (cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(static_cast<std::size_t>(cpu), &allowed)) result.push_back(cpu);
     }
   }
 #endif
@@ -689,7 +689,7 @@ class reaper final : private detail::fork_participant {
     cpu_set_t set;
     CPU_ZERO(&set);
     for (int cpu : cpus) {
-      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(static_cast<std::size_t>(cpu), &set);
     }
     if (CPU_COUNT(&set) == 0 || sched_setaffinity(0, sizeof set, &set) != 0) warnings |= setup_warning_affinity;
 #endif

@@ -150,10 +150,10 @@ class sharded_llist {
     return shards_[this_thread_shard()].list.add_batch(std::move(nodes)) && claim_kick();
   }
 
-  /// add() onto shard `shard` modulo shard_count() rather than the caller's own. Thread-safe
+  /// add() onto shard `index` modulo shard_count() rather than the caller's own. Thread-safe
   /// and lock-free (no shard index is taken). Same return as add().
-  bool add_to(std::size_t shard, T& element) noexcept {
-    return shards_[shard & mask_].list.add(element) && claim_kick();
+  bool add_to(std::size_t index, T& element) noexcept {
+    return shards_[index & mask_].list.add(element) && claim_kick();
   }
 
   /// Thread-safe; wait-free on std_atomics (lock-free on ao_atomics, whose exchange is a CAS

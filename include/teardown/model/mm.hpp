@@ -575,7 +575,7 @@ class basic_mm_system {
     mm->oom_reap.mm = mm.get();
     mm->rss_pages.store(static_cast<std::int64_t>(rss_pages), std::memory_order_relaxed);
     if (memory == backing::real && rss_pages > 0) {
-      const std::size_t bytes = static_cast<std::size_t>(rss_pages) * page_size();
+      const std::size_t bytes = rss_pages * page_size();
       void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (base == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "teardown::model::mm_alloc: mmap");
       mm->base = static_cast<std::byte*>(base);
@@ -1063,8 +1063,8 @@ class basic_mm_system {
   // std::system_error, changing nothing, if madvise fails.
   static void reclaim_locked(mm_struct& mm, std::uint64_t taken) {
     if (mm.base != nullptr) {
-      const std::size_t keep = static_cast<std::size_t>(get_mm_rss(mm) - taken) * page_size();
-      if (madvise(mm.base + keep, static_cast<std::size_t>(taken) * page_size(), MADV_DONTNEED) != 0) {
+      const std::size_t keep = (get_mm_rss(mm) - taken) * page_size();
+      if (madvise(mm.base + keep, taken * page_size(), MADV_DONTNEED) != 0) {
         throw std::system_error(errno, std::generic_category(), "teardown::model::reclaim: madvise");
       }
     }
@@ -1098,8 +1098,8 @@ class basic_mm_system {
   // until the exit path has unmapped the last chunk.
   static std::pair<std::byte*, std::size_t> chunk_range(const mm_struct& mm, std::uint64_t c) noexcept {
     if (mm.base == nullptr) return {nullptr, 0};
-    const std::size_t chunk_bytes = static_cast<std::size_t>(mm.walk.chunk_pages) * page_size();
-    const std::size_t begin = static_cast<std::size_t>(c) * chunk_bytes;
+    const std::size_t chunk_bytes = mm.walk.chunk_pages * page_size();
+    const std::size_t begin = c * chunk_bytes;
     return {mm.base + begin, std::min(chunk_bytes, mm.mapped_bytes - begin)};
   }
 
