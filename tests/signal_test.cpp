@@ -1,9 +1,10 @@
-// Signals and teardown's threads: every thread the library starts blocks every blockable signal
-// from its first instruction, so a process-directed signal never lands on one; and enqueue is
+// Signals and teardown's threads: every thread the library starts blocks every signal sent to
+// the process (all but the fault signals, which stay deliverable) from its first instruction, so a process-directed signal never lands on one; and enqueue is
 // async-signal-safe: a handler may enqueue even when it interrupted its thread inside malloc,
 // and a thread's first enqueue may happen there.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -71,13 +72,17 @@ std::uint64_t blocked_signals(pid_t tid) {
 constexpr std::uint64_t bit(int signal) { return std::uint64_t{1} << (signal - 1); }
 
 // What "every blockable signal" is: signals 1 to 64 but SIGKILL and SIGSTOP (the kernel refuses
-// to block them) and glibc's two internal signals, 32 (SIGCANCEL, thread cancellation) and 33
+// to block them), glibc's two internal signals, 32 (SIGCANCEL, thread cancellation) and 33
 // (SIGSETXID, setuid & co. across threads), which glibc's sigfillset leaves out and its
-// pthread_sigmask never blocks. ThreadSanitizer and AddressSanitizer change nothing here: their
-// pthread_create interceptors block signals around the real call and the new thread restores
-// the creator's mask, the one the library gives it.
+// pthread_sigmask never blocks, and the synchronous fault signals, which the library leaves
+// unblocked so that a fault in fn reaches the program's handler (reaper.hpp, "Signals").
+// ThreadSanitizer and AddressSanitizer change nothing here: their pthread_create interceptors
+// block signals around the real call and the new thread restores the creator's mask, the one
+// the library gives it.
+constexpr std::uint64_t fault_signal_bits =
+    bit(SIGSEGV) | bit(SIGBUS) | bit(SIGFPE) | bit(SIGILL) | bit(SIGTRAP) | bit(SIGSYS);
 constexpr std::uint64_t every_blockable_signal =
-    ~(bit(SIGKILL) | bit(SIGSTOP) | bit(32) | bit(33));
+    ~(bit(SIGKILL) | bit(SIGSTOP) | bit(32) | bit(33) | fault_signal_bits);
 
 std::string signal_list(std::uint64_t mask) {
   std::ostringstream out;
@@ -131,6 +136,8 @@ void expect_every_blockable_signal_blocked(const std::map<pid_t, std::string>& t
     EXPECT_EQ(blocked & every_blockable_signal, every_blockable_signal)
         << "thread " << tid << " (" << name << ") does not block signals"
         << signal_list(every_blockable_signal & ~blocked);
+    EXPECT_EQ(blocked & fault_signal_bits, 0u)
+        << "thread " << tid << " (" << name << ") blocks fault signals" << signal_list(blocked & fault_signal_bits);
   }
 }
 
@@ -414,6 +421,39 @@ TEST(SignalHandlerEnqueueTest, AFirstEnqueueInAHandlerThatInterruptedMallocNever
   EXPECT_EQ(pool.stats().enqueued, static_cast<std::uint64_t>(rounds));
   EXPECT_EQ(async.stats().queued, static_cast<std::uint64_t>(rounds));
   EXPECT_EQ(torn_down.load(), static_cast<std::uint64_t>(rounds) * 3);
+}
+
+// --- a fault in fn reaches the program's handler ---------------------------------------------
+
+// The program's SIGSEGV handler, as a crash reporter would install it: it must run on the worker
+// for a fault that fn causes there (a blocked fault signal would make the kernel kill the process
+// with the default action instead, and the exit code would say SIGSEGV, not 42).
+extern "C" void crash_reporter(int) { _exit(42); }
+
+struct faulting_teardown {
+  volatile int* page;  // mapped PROT_NONE: a store there faults without undefined behaviour
+  void operator()(item&) const noexcept { *page = 1; }
+};
+
+[[noreturn]] void fault_on_a_worker(void* mapped) {
+  struct sigaction action {};
+  action.sa_handler = &crash_reporter;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGSEGV, &action, nullptr);
+  teardown::reaper<item, &item::hook, faulting_teardown> reaper(faulting_teardown{static_cast<volatile int*>(mapped)},
+                                                                 named("sig_fault"));
+  item victim;
+  reaper.enqueue(victim);
+  reaper.flush();
+  std::_Exit(0);  // not reached: the fault ends the process
+}
+
+TEST(LibraryThreadSignalsTest, AFaultInFnRunsTheProgramsHandlerOnTheWorker) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  void* mapped = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  EXPECT_EXIT(fault_on_a_worker(mapped), ::testing::ExitedWithCode(42), "");
+  munmap(mapped, 4096);
 }
 
 }  // namespace

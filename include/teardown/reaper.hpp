@@ -31,13 +31,13 @@
 //                        while it holds the registry of live reapers.
 //   constructor, flush, freeze, thaw, stop, reap_on_caller, destructor: not async-signal-safe.
 //
-// Signals. The worker blocks every signal it can from its first instruction (all but SIGKILL,
-// SIGSTOP and the C library's internal ones), as liburcu's call_rcu threads do: a signal sent to
-// the process (kill, a terminal's SIGINT, SIGTERM meant for a sigwait thread) is never delivered
-// on it. A synchronous fault that fn itself causes on the worker (SIGSEGV, SIGBUS, SIGFPE,
-// SIGILL) is still delivered by the kernel, but to a thread that blocks it the kernel forces the
-// default action: the process ends (with a core dump), and a handler the program installed for
-// that signal (a crash reporter) does not run for it.
+// Signals. The worker blocks every signal sent to the process from its first instruction (all
+// but SIGKILL, SIGSTOP, the C library's internal ones and the synchronous fault signals), as
+// liburcu's call_rcu threads do: a signal meant for the program (kill, a terminal's SIGINT,
+// SIGTERM meant for a sigwait thread) is never delivered on it. The fault signals (SIGSEGV,
+// SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) stay unblocked on purpose: a fault that fn causes
+// on the worker is delivered to the worker itself, so a crash reporter or a sanitizer's report
+// runs for it (to a thread that blocks a fault signal the kernel forces the default action).
 //
 // No lost wake-up. The worker publishes SLEEPING in a state word with an atomic exchange before
 // it sleeps; a producer whose add found the queue empty sets KICKED with an atomic fetch_or and
@@ -239,14 +239,20 @@ inline void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
 #endif
 }
 
-// pthread_create for every thread the library starts: the new thread blocks every signal it can
-// (all but SIGKILL, SIGSTOP and the C library's internal ones) from its first instruction, as
-// liburcu's call_rcu threads do, so that a signal sent to the process never runs a handler (or
-// the default action) on it. The creating thread blocks everything around the call and the new
-// thread inherits that mask; the caller's own mask is restored before returning.
+// The synchronous fault signals: raised by the kernel on the thread that faults, never left
+// blocked on a library thread (see "Signals" in the header comment).
+inline constexpr int fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
+
+// pthread_create for every thread the library starts: the new thread blocks every signal sent
+// to the process (all but SIGKILL, SIGSTOP, the C library's internal ones and the fault signals)
+// from its first instruction, as liburcu's call_rcu threads do, so that a signal meant for the
+// program never runs a handler (or the default action) on it. The creating thread blocks that
+// set around the call and the new thread inherits it; the caller's own mask is restored before
+// returning.
 inline int start_thread_with_signals_blocked(pthread_t* thread, void* (*entry)(void*), void* arg) noexcept {
   sigset_t every;
   sigfillset(&every);
+  for (const int fault : fault_signals) sigdelset(&every, fault);
   sigset_t callers;
   if (const int error = pthread_sigmask(SIG_SETMASK, &every, &callers); error != 0) return error;
   const int error = pthread_create(thread, nullptr, entry, arg);
