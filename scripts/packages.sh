@@ -30,7 +30,7 @@ ensure_packages() {
 # What building the library, its examples and its tests needs. The benchmark peers are part of
 # the test build too, so that they keep compiling.
 build_packages=(cmake ninja-build g++ pkg-config libatomic-ops-dev systemtap-sdt-dev)
-test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev
+test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev valgrind libc++-dev libc++abi-dev
                libboost-dev libck-dev liburcu-dev spin)
 
 # What benchmarks/run.sh needs to draw its plots (Debian's python3 with matplotlib).
