@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -133,12 +134,19 @@ TEST(ProcessPluginTest, HelperOfADlclosedPluginStillEndsNormallyWhenItsHostExits
 
 bool valgrind_installed() { return std::system("valgrind --version > /dev/null 2>&1") == 0; }
 
-class ProcessValgrindTest : public ::testing::TestWithParam<const char*> {};
+// A build of process_valgrind_program: how it finds valgrind, and where it is.
+struct valgrind_program {
+  const char* detection;
+  const char* path;
+};
+void PrintTo(const valgrind_program& program, std::ostream* out) { *out << program.detection; }
+
+class ProcessValgrindTest : public ::testing::TestWithParam<valgrind_program> {};
 
 TEST_P(ProcessValgrindTest, EnableThrowsSystemErrorUnderValgrindAndTheProgramRunsOn) {
   if (!tp::shadow_teardown_supported) GTEST_SKIP() << "shadow teardown is Linux on x86-64 only";
   if (!valgrind_installed()) GTEST_SKIP() << "valgrind is not installed (Debian: apt-get install valgrind)";
-  const finished run = run_program({"valgrind", "-q", "--error-exitcode=99", GetParam()});
+  const finished run = run_program({"valgrind", "-q", "--error-exitcode=99", GetParam().path});
   EXPECT_EQ(describe(run.status), describe(0)) << run.output;
   EXPECT_EQ(run.output.rfind("refused " + std::to_string(ENOTSUP) + " ", 0), 0u) << run.output;
   EXPECT_NE(run.output.find("valgrind"), std::string::npos) << run.output;
@@ -146,16 +154,17 @@ TEST_P(ProcessValgrindTest, EnableThrowsSystemErrorUnderValgrindAndTheProgramRun
 
 TEST_P(ProcessValgrindTest, WithoutValgrindTheSameProgramEnables) {
   if (!tp::shadow_teardown_supported) GTEST_SKIP() << "shadow teardown is Linux on x86-64 only";
-  const finished run = run_program({GetParam()});
+  const finished run = run_program({GetParam().path});
   EXPECT_EQ(describe(run.status), describe(0)) << run.output;
   EXPECT_EQ(run.output.rfind("enabled ", 0), 0u) << run.output;
 }
 
 // With valgrind's header (its client request), and without it (the mappings alone).
 INSTANTIATE_TEST_SUITE_P(Detection, ProcessValgrindTest,
-                         ::testing::Values(TEARDOWN_PROCESS_VALGRIND_HEADER, TEARDOWN_PROCESS_VALGRIND_MAPS),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.index == 0 ? "ClientRequest" : "Mappings");
+                         ::testing::Values(valgrind_program{"ClientRequest", TEARDOWN_PROCESS_VALGRIND_HEADER},
+                                           valgrind_program{"Mappings", TEARDOWN_PROCESS_VALGRIND_MAPS}),
+                         [](const ::testing::TestParamInfo<valgrind_program>& info) {
+                           return std::string(info.param.detection);
                          });
 
 }  // namespace

@@ -23,8 +23,12 @@
 //                            in process_bench; bounded at 30 s, then std::system_error
 //                            ETIMEDOUT).
 //                            Returns the helper's pid. Throws std::invalid_argument for bad
-//                            options and std::system_error when a step fails; either way nothing
-//                            has changed: no helper, no descriptor, no mapping is left behind.
+//                            options and std::system_error when a step fails (ENOTSUP under
+//                            valgrind, which cannot run the helper); either way nothing has
+//                            changed: no helper, no descriptor, no mapping is left behind.
+//                            The shared object that holds this code, if it is not the program
+//                            (a plugin), stays loaded from the first call on: its dlclose() no
+//                            longer unmaps it (see "Plugins").
 //                            A second call while this process's helper lives returns its pid and
 //                            changes nothing (the options are checked, not applied). A call after
 //                            the helper died (someone killed it) reaps it and starts a new one.
@@ -32,6 +36,9 @@
 //   disable_shadow_teardown  may block briefly: kills the helper and reaps it. The program's exit
 //                            is inline again. No-op when there is no helper. Cheap: the helper's
 //                            exit frees nothing while the program still uses the mm.
+//                            Neither it nor enable signals or reaps any process but this
+//                            process's helper, even after a waiter of the program's reaped a
+//                            dead helper and its pid went to another process (see "Identity").
 //   shadow_teardown_enabled, shadow_pid
 //                            wait-free snapshots (one getpid() system call): whether this process
 //                            has a live helper, and its pid (0 if none).
@@ -39,18 +46,21 @@
 // How the helper is made, and what it does (everything here is in enable_shadow_teardown)
 //   - Its stack: a small mapping of its own (stack_size, a PROT_NONE guard page below it, kept
 //     out of fork children by MADV_DONTFORK). It lives as long as the process.
-//   - clone(CLONE_VM | CLONE_CHILD_CLEARTID) with exit signal 0, made by the calling thread with
-//     a raw system call (not glibc's clone(): ThreadSanitizer intercepts that one and treats the
-//     child as a fork, which corrupts its state when the child shares the memory). No
-//     CLONE_FILES, CLONE_FS, CLONE_SIGHAND: the helper has copies of the descriptor table, the
-//     working directory and the signal handlers, not the program's own.
+//   - clone(CLONE_VM | CLONE_CHILD_CLEARTID | CLONE_PIDFD) with exit signal 0, made by the
+//     calling thread with a raw system call (not glibc's clone(): ThreadSanitizer intercepts that
+//     one and treats the child as a fork, which corrupts its state when the child shares the
+//     memory); again without CLONE_PIDFD if that is refused. No CLONE_FILES, CLONE_FS,
+//     CLONE_SIGHAND: the helper has copies of the descriptor table, the working directory and
+//     the signal handlers, not the program's own.
 //   - Every signal is blocked across the clone, so the helper starts, and stays, with all of
 //     them blocked: no handler of the program's can ever run on it. SIGKILL and SIGSTOP act.
-//   - The helper runs only code of this header that makes raw system calls. It shares the
-//     calling thread's thread pointer (no CLONE_SETTLS), so it must never touch thread-local
-//     storage: not errno (hence no libc syscall()), not the stack protector's canary, not a
-//     sanitizer's per-thread state. Its functions are built without sanitizers and stack
-//     protector for that reason, and never return. The calling thread may exit afterwards.
+//   - The helper runs only code of this header that makes raw system calls, and never the
+//     program's: not a handler, not a hook. It shares the calling thread's thread pointer (no
+//     CLONE_SETTLS), so it must never touch thread-local storage: not errno (hence no libc
+//     syscall()), not the stack protector's canary, not a sanitizer's per-thread state. Its
+//     functions are built without sanitizers, stack protector, -finstrument-functions hooks,
+//     profiling counters, coverage callbacks or XRay (the list is at TEARDOWN_SHADOW_HELPER_CODE),
+//     and never return. The calling thread may exit afterwards.
 //   - Then, in order: names itself (PR_SET_NAME, options.name, Linux keeps 15 bytes); asks for
 //     SIGHUP when its parent dies (PR_SET_PDEATHSIG); exits at once if its parent already died
 //     (getppid() is no longer the program); moves to "/" so that it does not keep a mount busy;
@@ -78,7 +88,26 @@
 //     "wait until ECHILD" loop ends as before) and SIGCHLD never announces it, so a program's own
 //     child handling is undisturbed. A program that waits for all its children with __WALL or
 //     __WCLONE would wait for the helper too, which only ends with the program: such a program
-//     calls disable_shadow_teardown() first, or does not enable.
+//     calls disable_shadow_teardown() first, or does not enable. If such a waiter reaps a helper
+//     that someone killed, nothing breaks: the library finds it gone (see "Identity").
+//
+// Identity: the library names its helper by a pidfd (CLONE_PIDFD, Linux 5.2; else pidfd_open,
+// 5.3), held close-on-exec beside the pipe's write end, and signals and reaps it through that
+// (pidfd_send_signal, waitid(P_PIDFD)): once the helper is reaped, by us or by a __WALL waiter of
+// the program's, the pidfd reaches nothing, whatever process has the pid number since. Without
+// pidfds (older kernels, or a sandbox that refuses them) it goes by the shared word instead: the
+// kernel clears it when the helper exits, before the pid can be reaped and reused, so a helper
+// whose word reads zero is never signalled. There, only a __WALL waiter that reaps the helper
+// in the instant between our check and our kill(), with a new process taking the pid in that
+// same instant, could still be hit.
+//
+// Plugins: the helper runs this header's code and reads its state wherever they are. When they
+// are in a shared object that a dlclose() would unmap (GCC's unique symbols keep most such objects
+// loaded anyway; Clang's, and GCC's with -fno-gnu-unique, do unload), the helper would wake up in
+// unmapped memory when the program exits and die of SIGSEGV. So the first
+// enable_shadow_teardown() makes that object permanent (dlopen with RTLD_NOLOAD | RTLD_NODELETE;
+// std::system_error ELIBACC if that fails): a later dlclose() leaves it mapped, and its static
+// destructors run at exit instead.
 //
 // What it costs, and the failure modes
 //   - The teardown moved; it did not vanish. Until the helper finishes, the memory stays
@@ -103,9 +132,16 @@
 //   - It is visible: ps lists the helper with options.name as its command (comm) and the
 //     program's command line (cmdline lives in the shared memory), and with the program's RSS.
 //     Tools that add up RSS over processes count the program twice; the memory cgroup does not.
-//   - One descriptor (the pipe's write end) stays open in the program. A program that closes
-//     all its descriptors (closefrom(3), a daemon's close loop) or dup2()s over it ends the
-//     helper: no harm, no deferral.
+//   - Two descriptors stay open in the program, close-on-exec and above 2: the pipe's write end
+//     and the helper's pidfd (none without pidfds). A program that closes all its descriptors
+//     (closefrom(3), a daemon's close loop) or dup2()s over the write end ends the helper: no harm,
+//     no deferral. The library recognizes its descriptors by device and inode, and never closes
+//     or uses a number the program has reused.
+//   - valgrind cannot run the helper (it ends a program that makes a clone(CLONE_VM) process
+//     that is not a thread): enable_shadow_teardown() throws std::system_error(ENOTSUP) there,
+//     found by valgrind's client request (RUNNING_ON_VALGRIND, where <valgrind/valgrind.h> is
+//     installed; TEARDOWN_NO_VALGRIND_H leaves it out) or else by valgrind's objects in
+//     /proc/self/maps.
 //   - Sandboxes: a seccomp filter or an LSM may refuse clone with CLONE_VM but without
 //     CLONE_THREAD, or prctl: enable_shadow_teardown() then throws std::system_error (the failed
 //     step and errno) and changes nothing. Kernels without close_range (before 5.9) close
@@ -130,9 +166,12 @@
 //     new image starts without a helper and may enable its own.
 //   - Threads: any thread may enable; the helper does not depend on that thread (see above).
 //
-// Sanitizers: the helper's code is built without instrumentation and makes only raw system
-// calls, so it runs under AddressSanitizer, UndefinedBehaviorSanitizer and ThreadSanitizer; the
-// clone bypasses ThreadSanitizer's clone interceptor (above).
+// Sanitizers and instrumentation: the helper's code is built without instrumentation and makes
+// only raw system calls, so it runs under AddressSanitizer, UndefinedBehaviorSanitizer and
+// ThreadSanitizer, and in programs built with -finstrument-functions, -pg, profiling or coverage;
+// the clone bypasses ThreadSanitizer's clone interceptor (above).
+//
+// Toolchains: GCC and Clang, libstdc++ and libc++ (no std::atomic_ref needed).
 //
 // Platforms: Linux on x86-64. Elsewhere shadow_teardown_supported is false and
 // enable_shadow_teardown() throws std::system_error(ENOSYS) (after checking its options).
@@ -142,7 +181,8 @@
 // kernel clears the same word (and wakes) when the helper exits. enable_shadow_teardown() reads
 // it with acquire loads; the word alone carries the result (failed step and errno included), so
 // no other data travels with it. The pid and owner are published under the mutex with release
-// stores and read by the snapshots with acquire loads.
+// stores and read by the snapshots with acquire loads. The word is a plain int, not a
+// std::atomic, because the kernel writes it; the owner's accesses are __atomic builtins.
 #pragma once
 
 #include <sys/types.h>
@@ -297,7 +337,7 @@ inline constexpr int id_pidfd = 3;                        // P_PIDFD for waitid,
 // clone, read by the helper afterwards; the owner writes it again only once that helper is
 // reaped.
 struct helper_args {
-  alignas(64) int word = word_exited;  // through load_word / store_word (the kernel writes it too)
+  alignas(64) int word = word_exited;  // only through __atomic builtins (the kernel writes it too)
   pid_t owner = 0;
   int read_fd = -1;
   int nice = 19;
