@@ -30,9 +30,10 @@ ensure_packages() {
 # What building the library, its examples and its tests needs. The benchmark peers are part of
 # the test build too, so that they keep compiling.
 build_packages=(cmake ninja-build g++ pkg-config libatomic-ops-dev systemtap-sdt-dev)
-# libc++-dev and libc++abi-dev: the strict consumer tests build every header with Clang's libc++.
+# libc++-dev and libc++abi-dev: the strict consumer tests and process.libcxx build the headers
+# with Clang's libc++; valgrind: process_boundary_test runs shadow teardown under it.
 test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev
-               libboost-dev libck-dev liburcu-dev spin libc++-dev libc++abi-dev)
+               libboost-dev libck-dev liburcu-dev spin libc++-dev libc++abi-dev valgrind)
 
 # What benchmarks/run.sh needs to draw its plots (Debian's python3 with matplotlib).
 plot_packages=(python3-matplotlib)

@@ -37,6 +37,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -503,10 +504,19 @@ TEST_F(ProcessShadowTest, HelperKeepsOnlyItsOwnDescriptorsAndWorksFromTheRoot) {
   close(ours[1]);
 }
 
+// Whether this kernel (and sandbox) offers pidfds: then the program holds the helper's too.
+bool pidfds_available() {
+  const long fd = syscall(SYS_pidfd_open, getpid(), 0);
+  if (fd < 0) return false;
+  close(static_cast<int>(fd));
+  return true;
+}
+
 TEST_F(ProcessShadowTest, DisableKillsAndReapsTheHelper) {
   const std::size_t descriptors = open_descriptors();
   const pid_t helper = tp::enable_shadow_teardown();
-  EXPECT_EQ(open_descriptors(), descriptors + 1) << "the program keeps one descriptor: the pipe's write end";
+  EXPECT_EQ(open_descriptors(), descriptors + (pidfds_available() ? 2 : 1))
+      << "the program keeps the pipe's write end and, where the kernel has them, the helper's pidfd";
   tp::disable_shadow_teardown();
   EXPECT_FALSE(tp::shadow_teardown_enabled());
   EXPECT_EQ(state_of(helper), '\0') << "reaped, not left a zombie";
@@ -593,6 +603,168 @@ TEST(ProcessShadowFailureTest, HelperSetupFailureThrowsSystemErrorAndLeavesNothi
     CHILD_CHECK(!tp::shadow_teardown_enabled());
     CHILD_CHECK(children_of(getpid()).empty());
     CHILD_CHECK(open_descriptors() == descriptors);
+    return 0;
+  });
+  EXPECT_EQ(code, 0);
+}
+
+// ---- a helper reaped behind the library's back, its pid taken by another process ------------
+//
+// A waiter of the program's with __WALL (a supervisor's "reap everything" loop) reaps the helper
+// once someone killed it; its pid is then free, and the next process may get it. disable and
+// enable must then signal nothing: the process with that pid is not ours to kill. The cases run
+// as pid 1 of a new pid namespace, where ns_last_pid makes the reuse certain rather than likely.
+
+constexpr int kSkipped = 77;  // a scenario's exit code: the environment refused (reason on stderr)
+
+// Runs `scenario` as pid 1 of a new pid namespace; its exit code, or kSkipped.
+int run_in_new_pid_namespace(const std::function<int()>& scenario) {
+  return run_child([&] {
+    if (unshare(CLONE_NEWPID) != 0) {
+      std::fprintf(stderr, "unshare(CLONE_NEWPID): %s\n", std::strerror(errno));
+      return kSkipped;
+    }
+    const pid_t init = start_child(scenario);
+    if (init < 0) return 3;
+    int status = 0;
+    while (waitpid(init, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFSIGNALED(status)) std::fprintf(stderr, "[child] the scenario died of signal %d\n", WTERMSIG(status));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  });
+}
+
+// Kills the helper behind the library's back and reaps it as a __WALL waiter does, then starts a
+// process of ours (parked in pause()) that takes the helper's pid. Returns it, or -1 with the
+// reason on stderr.
+pid_t reap_helper_and_reuse_its_pid(pid_t helper) {
+  int status = 0;
+  if (kill(helper, SIGKILL) != 0 || waitpid(helper, &status, __WALL) != helper) {
+    std::fprintf(stderr, "[child] cannot kill and reap the helper %d: %s\n", helper, std::strerror(errno));
+    return -1;
+  }
+  const int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+  const std::string last = std::to_string(helper - 1);
+  const bool set = fd >= 0 && write(fd, last.data(), last.size()) == static_cast<ssize_t>(last.size());
+  if (!set) std::fprintf(stderr, "[child] cannot write ns_last_pid: %s\n", std::strerror(errno));
+  if (fd >= 0) close(fd);
+  if (!set) return -1;
+  const pid_t other = fork();
+  if (other == 0) {
+    for (;;) pause();
+  }
+  if (other != helper) {
+    std::fprintf(stderr, "[child] the new process got pid %d, not the helper's %d\n", other, helper);
+    if (other > 0) kill(other, SIGKILL);
+    return -1;
+  }
+  return other;
+}
+
+// Ends `other` with a SIGTERM of ours; true if that is what ended it (a SIGKILL sent before would
+// have won: a process dies of the first fatal signal).
+bool only_we_signalled(pid_t other) {
+  kill(other, SIGTERM);
+  int status = 0;
+  while (waitpid(other, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) return true;
+  std::fprintf(stderr, "[child] process %d, which took the helper's pid, was ended by signal %d\n", other,
+               WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return false;
+}
+
+// pid 1 of the new namespace: disable, then enable, each after the helper's pid went to another
+// process.
+int reused_pid_scenario() {
+  const pid_t helper = tp::enable_shadow_teardown();
+  const pid_t other = reap_helper_and_reuse_its_pid(helper);
+  CHILD_CHECK(other > 0);
+  CHILD_CHECK(!tp::shadow_teardown_enabled());
+  tp::disable_shadow_teardown();
+  CHILD_CHECK(only_we_signalled(other));
+
+  const pid_t second = tp::enable_shadow_teardown();
+  const pid_t next_other = reap_helper_and_reuse_its_pid(second);
+  CHILD_CHECK(next_other > 0);
+  const pid_t third = tp::enable_shadow_teardown();  // retires the dead helper, starts a new one
+  CHILD_CHECK(third > 0 && third != next_other);
+  CHILD_CHECK(tp::shadow_pid() == third);
+  CHILD_CHECK(only_we_signalled(next_other));
+  tp::disable_shadow_teardown();
+  CHILD_CHECK(!tp::shadow_teardown_enabled());
+  return 0;
+}
+
+// A seccomp filter that takes pidfds away, as a kernel before 5.2 (or a strict sandbox) would:
+// clone with CLONE_PIDFD fails with EINVAL, pidfd_open and pidfd_send_signal with ENOSYS.
+bool refuse_pidfds() {
+  constexpr unsigned clone_pidfd = 0x00001000;
+  const sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 3, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_send_signal, 2, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 2, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])),  // the flags' low half
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, clone_pidfd, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  const sock_fprog program{static_cast<unsigned short>(std::size(code)), const_cast<sock_filter*>(code)};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+void skip_or_expect_success(int code) {
+  if (code == kSkipped) GTEST_SKIP() << "the environment refuses a new pid namespace (see stderr)";
+  EXPECT_EQ(code, 0);
+}
+
+TEST(ProcessShadowPidReuseTest, DisableAndEnableNeverSignalAProcessThatTookTheReapedHelpersPid) {
+  if (!tp::shadow_teardown_supported) GTEST_SKIP() << "shadow teardown is Linux on x86-64 only";
+  skip_or_expect_success(run_in_new_pid_namespace(reused_pid_scenario));
+}
+
+// The same without pidfds: the library then goes by the shared word, which the kernel clears
+// when the helper exits, before its pid can be reaped and reused.
+TEST(ProcessShadowPidReuseTest, WithoutPidfdsDisableAndEnableStillSpareThatProcess) {
+  if (!tp::shadow_teardown_supported) GTEST_SKIP() << "shadow teardown is Linux on x86-64 only";
+  skip_or_expect_success(run_in_new_pid_namespace([] {
+    CHILD_CHECK(refuse_pidfds());
+    const std::size_t descriptors = open_descriptors();
+    tp::enable_shadow_teardown();
+    CHILD_CHECK(open_descriptors() == descriptors + 1);  // the pipe's write end, no pidfd
+    tp::disable_shadow_teardown();
+    return reused_pid_scenario();
+  }));
+}
+
+// A thread that waits for every child with __WALL, as some supervisors do, races disable for the
+// helper's exit status: whichever reaps it, disable returns, and enable works again.
+TEST(ProcessShadowWallWaiterTest, DisableAndEnableWorkWhileAWallWaiterReapsTheHelper) {
+  if (!tp::shadow_teardown_supported) GTEST_SKIP() << "shadow teardown is Linux on x86-64 only";
+  const int code = run_child([] {
+    const pid_t helper = tp::enable_shadow_teardown();
+    pid_t reaped = 0;
+    int error = 0;
+    std::thread waiter([&] {
+      int status = 0;
+      while ((reaped = waitpid(-1, &status, __WALL)) < 0 && errno == EINTR) {
+      }
+      error = errno;
+    });
+    tp::disable_shadow_teardown();
+    waiter.join();
+    CHILD_CHECK(reaped == helper || (reaped == -1 && error == ECHILD));
+    CHILD_CHECK(!tp::shadow_teardown_enabled());
+    const pid_t again = tp::enable_shadow_teardown();
+    CHILD_CHECK(again > 0 && tp::shadow_pid() == again);
+    tp::disable_shadow_teardown();
+    CHILD_CHECK(children_of(getpid()).empty());
     return 0;
   });
   EXPECT_EQ(code, 0);

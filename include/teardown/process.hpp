@@ -23,8 +23,12 @@
 //                            in process_bench; bounded at 30 s, then std::system_error
 //                            ETIMEDOUT).
 //                            Returns the helper's pid. Throws std::invalid_argument for bad
-//                            options and std::system_error when a step fails; either way nothing
-//                            has changed: no helper, no descriptor, no mapping is left behind.
+//                            options and std::system_error when a step fails (ENOTSUP under
+//                            valgrind, which cannot run the helper); either way nothing has
+//                            changed: no helper, no descriptor, no mapping is left behind.
+//                            The shared object that holds this code, if it is not the program
+//                            (a plugin), stays loaded from the first call on: its dlclose() no
+//                            longer unmaps it (see "Plugins").
 //                            A second call while this process's helper lives returns its pid and
 //                            changes nothing (the options are checked, not applied). A call after
 //                            the helper died (someone killed it) reaps it and starts a new one.
@@ -32,6 +36,9 @@
 //   disable_shadow_teardown  may block briefly: kills the helper and reaps it. The program's exit
 //                            is inline again. No-op when there is no helper. Cheap: the helper's
 //                            exit frees nothing while the program still uses the mm.
+//                            Neither it nor enable signals or reaps any process but this
+//                            process's helper, even after a waiter of the program's reaped a
+//                            dead helper and its pid went to another process (see "Identity").
 //   shadow_teardown_enabled, shadow_pid
 //                            wait-free snapshots (one getpid() system call): whether this process
 //                            has a live helper, and its pid (0 if none).
@@ -39,18 +46,21 @@
 // How the helper is made, and what it does (everything here is in enable_shadow_teardown)
 //   - Its stack: a small mapping of its own (stack_size, a PROT_NONE guard page below it, kept
 //     out of fork children by MADV_DONTFORK). It lives as long as the process.
-//   - clone(CLONE_VM | CLONE_CHILD_CLEARTID) with exit signal 0, made by the calling thread with
-//     a raw system call (not glibc's clone(): ThreadSanitizer intercepts that one and treats the
-//     child as a fork, which corrupts its state when the child shares the memory). No
-//     CLONE_FILES, CLONE_FS, CLONE_SIGHAND: the helper has copies of the descriptor table, the
-//     working directory and the signal handlers, not the program's own.
+//   - clone(CLONE_VM | CLONE_CHILD_CLEARTID | CLONE_PIDFD) with exit signal 0, made by the
+//     calling thread with a raw system call (not glibc's clone(): ThreadSanitizer intercepts that
+//     one and treats the child as a fork, which corrupts its state when the child shares the
+//     memory); again without CLONE_PIDFD if that is refused. No CLONE_FILES, CLONE_FS,
+//     CLONE_SIGHAND: the helper has copies of the descriptor table, the working directory and
+//     the signal handlers, not the program's own.
 //   - Every signal is blocked across the clone, so the helper starts, and stays, with all of
 //     them blocked: no handler of the program's can ever run on it. SIGKILL and SIGSTOP act.
-//   - The helper runs only code of this header that makes raw system calls. It shares the
-//     calling thread's thread pointer (no CLONE_SETTLS), so it must never touch thread-local
-//     storage: not errno (hence no libc syscall()), not the stack protector's canary, not a
-//     sanitizer's per-thread state. Its functions are built without sanitizers and stack
-//     protector for that reason, and never return. The calling thread may exit afterwards.
+//   - The helper runs only code of this header that makes raw system calls, and never the
+//     program's: not a handler, not a hook. It shares the calling thread's thread pointer (no
+//     CLONE_SETTLS), so it must never touch thread-local storage: not errno (hence no libc
+//     syscall()), not the stack protector's canary, not a sanitizer's per-thread state. Its
+//     functions are built without sanitizers, stack protector, -finstrument-functions hooks,
+//     profiling counters, coverage callbacks or XRay (the list is at TEARDOWN_SHADOW_HELPER_CODE),
+//     and never return. The calling thread may exit afterwards.
 //   - Then, in order: names itself (PR_SET_NAME, options.name, Linux keeps 15 bytes); asks for
 //     SIGHUP when its parent dies (PR_SET_PDEATHSIG); exits at once if its parent already died
 //     (getppid() is no longer the program); moves to "/" so that it does not keep a mount busy;
@@ -78,7 +88,26 @@
 //     "wait until ECHILD" loop ends as before) and SIGCHLD never announces it, so a program's own
 //     child handling is undisturbed. A program that waits for all its children with __WALL or
 //     __WCLONE would wait for the helper too, which only ends with the program: such a program
-//     calls disable_shadow_teardown() first, or does not enable.
+//     calls disable_shadow_teardown() first, or does not enable. If such a waiter reaps a helper
+//     that someone killed, nothing breaks: the library finds it gone (see "Identity").
+//
+// Identity: the library names its helper by a pidfd (CLONE_PIDFD, Linux 5.2; else pidfd_open,
+// 5.3), held close-on-exec beside the pipe's write end, and signals and reaps it through that
+// (pidfd_send_signal, waitid(P_PIDFD)): once the helper is reaped, by us or by a __WALL waiter of
+// the program's, the pidfd reaches nothing, whatever process has the pid number since. Without
+// pidfds (older kernels, or a sandbox that refuses them) it goes by the shared word instead: the
+// kernel clears it when the helper exits, before the pid can be reaped and reused, so a helper
+// whose word reads zero is never signalled. There, only a __WALL waiter that reaps the helper
+// in the instant between our check and our kill(), with a new process taking the pid in that
+// same instant, could still be hit.
+//
+// Plugins: the helper runs this header's code and reads its state wherever they are. When they
+// are in a shared object that a dlclose() would unmap (GCC's unique symbols keep most such objects
+// loaded anyway; Clang's, and GCC's with -fno-gnu-unique, do unload), the helper would wake up in
+// unmapped memory when the program exits and die of SIGSEGV. So the first
+// enable_shadow_teardown() makes that object permanent (dlopen with RTLD_NOLOAD | RTLD_NODELETE;
+// std::system_error ELIBACC if that fails): a later dlclose() leaves it mapped, and its static
+// destructors run at exit instead.
 //
 // What it costs, and the failure modes
 //   - The teardown moved; it did not vanish. Until the helper finishes, the memory stays
@@ -103,9 +132,16 @@
 //   - It is visible: ps lists the helper with options.name as its command (comm) and the
 //     program's command line (cmdline lives in the shared memory), and with the program's RSS.
 //     Tools that add up RSS over processes count the program twice; the memory cgroup does not.
-//   - One descriptor (the pipe's write end) stays open in the program. A program that closes
-//     all its descriptors (closefrom(3), a daemon's close loop) or dup2()s over it ends the
-//     helper: no harm, no deferral.
+//   - Two descriptors stay open in the program, close-on-exec and above 2: the pipe's write end
+//     and the helper's pidfd (none without pidfds). A program that closes all its descriptors
+//     (closefrom(3), a daemon's close loop) or dup2()s over the write end ends the helper: no harm,
+//     no deferral. The library recognizes its descriptors by device and inode, and never closes
+//     or uses a number the program has reused.
+//   - valgrind cannot run the helper (it ends a program that makes a clone(CLONE_VM) process
+//     that is not a thread): enable_shadow_teardown() throws std::system_error(ENOTSUP) there,
+//     found by valgrind's client request (RUNNING_ON_VALGRIND, where <valgrind/valgrind.h> is
+//     installed; TEARDOWN_NO_VALGRIND_H leaves it out) or else by valgrind's objects in
+//     /proc/self/maps.
 //   - Sandboxes: a seccomp filter or an LSM may refuse clone with CLONE_VM but without
 //     CLONE_THREAD, or prctl: enable_shadow_teardown() then throws std::system_error (the failed
 //     step and errno) and changes nothing. Kernels without close_range (before 5.9) close
@@ -130,9 +166,12 @@
 //     new image starts without a helper and may enable its own.
 //   - Threads: any thread may enable; the helper does not depend on that thread (see above).
 //
-// Sanitizers: the helper's code is built without instrumentation and makes only raw system
-// calls, so it runs under AddressSanitizer, UndefinedBehaviorSanitizer and ThreadSanitizer; the
-// clone bypasses ThreadSanitizer's clone interceptor (above).
+// Sanitizers and instrumentation: the helper's code is built without instrumentation and makes
+// only raw system calls, so it runs under AddressSanitizer, UndefinedBehaviorSanitizer and
+// ThreadSanitizer, and in programs built with -finstrument-functions, -pg, profiling or coverage;
+// the clone bypasses ThreadSanitizer's clone interceptor (above).
+//
+// Toolchains: GCC and Clang, libstdc++ and libc++ (no std::atomic_ref needed).
 //
 // Platforms: Linux on x86-64. Elsewhere shadow_teardown_supported is false and
 // enable_shadow_teardown() throws std::system_error(ENOSYS) (after checking its options).
@@ -142,7 +181,8 @@
 // kernel clears the same word (and wakes) when the helper exits. enable_shadow_teardown() reads
 // it with acquire loads; the word alone carries the result (failed step and errno included), so
 // no other data travels with it. The pid and owner are published under the mutex with release
-// stores and read by the snapshots with acquire loads.
+// stores and read by the snapshots with acquire loads. The word is a plain int, not a
+// std::atomic, because the kernel writes it; the owner's accesses are __atomic builtins.
 #pragma once
 
 #include <sys/types.h>
@@ -156,15 +196,18 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #if defined(__linux__)
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -180,6 +223,15 @@
 #define TEARDOWN_SHADOW_SUPPORTED 1
 #else
 #define TEARDOWN_SHADOW_SUPPORTED 0
+#endif
+
+// valgrind's client request, exact where its header is installed (Debian: valgrind);
+// TEARDOWN_NO_VALGRIND_H leaves it out. A check of the mappings backs it either way.
+#if TEARDOWN_SHADOW_SUPPORTED && !defined(TEARDOWN_NO_VALGRIND_H) && defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define TEARDOWN_SHADOW_VALGRIND_H 1
+#endif
 #endif
 
 namespace teardown::process {
@@ -261,17 +313,31 @@ inline const char* step_description(int step) noexcept {
 
 inline constexpr int parent_death_signal = SIGHUP;
 
+// System calls and flags newer than some C libraries' headers: the same numbers on every
+// architecture.
 #if defined(SYS_close_range)
 inline constexpr long sys_close_range = SYS_close_range;
 #else
-inline constexpr long sys_close_range = 436;  // the same number on every architecture
+inline constexpr long sys_close_range = 436;
 #endif
+#if defined(SYS_pidfd_send_signal)
+inline constexpr long sys_pidfd_send_signal = SYS_pidfd_send_signal;
+#else
+inline constexpr long sys_pidfd_send_signal = 424;
+#endif
+#if defined(SYS_pidfd_open)
+inline constexpr long sys_pidfd_open = SYS_pidfd_open;
+#else
+inline constexpr long sys_pidfd_open = 434;
+#endif
+inline constexpr unsigned long clone_pidfd = 0x00001000;  // CLONE_PIDFD, Linux 5.2
+inline constexpr int id_pidfd = 3;                        // P_PIDFD for waitid, Linux 5.4
 
 // What the helper reads. In static storage of the shared memory: written by the owner before the
 // clone, read by the helper afterwards; the owner writes it again only once that helper is
 // reaped.
 struct helper_args {
-  alignas(64) int word = word_exited;  // through std::atomic_ref on the owner's side
+  alignas(64) int word = word_exited;  // only through __atomic builtins (the kernel writes it too)
   pid_t owner = 0;
   int read_fd = -1;
   int nice = 19;
@@ -280,27 +346,68 @@ struct helper_args {
   char name[16] = {};
 };
 
-// ---- the helper's code: raw system calls only, no thread-local storage, no instrumentation ----
+// The word is a plain int because the kernel writes it (CLONE_CHILD_CLEARTID) and futexes wait on
+// its address; the __atomic builtins make every access of ours atomic, are seen by
+// ThreadSanitizer, and exist with every standard library (libc++ 14 has no std::atomic_ref).
+inline int load_word(const int& word) noexcept { return __atomic_load_n(&word, __ATOMIC_ACQUIRE); }
+inline void store_word_relaxed(int& word, int value) noexcept { __atomic_store_n(&word, value, __ATOMIC_RELAXED); }
 
-#if defined(__clang__) && defined(__has_attribute) && __has_attribute(disable_sanitizer_instrumentation)
-// Clang's no_sanitize("thread") still emits the function entry and exit hooks, which use the
-// calling thread's ThreadSanitizer state; disable_sanitizer_instrumentation removes those (and
-// clang 14 still needs no_sanitize for AddressSanitizer and UBSan).
+// ---- the helper's code: raw system calls only, no thread-local storage, no instrumentation ----
+//
+// The helper runs with the creating thread's thread pointer but is not that thread, and nothing
+// of the program may run on it. So each of its functions carries every attribute that keeps a
+// compiler from adding calls or thread-local accesses to it:
+//   no_instrument_function          -finstrument-functions, -p, -pg: the program's own
+//                                   __cyg_profile_func_enter/exit, or mcount.
+//   no_profile_instrument_function  -fprofile-generate/-fprofile-arcs/-fprofile-instr-generate:
+//                                   counters, and GCC's indirect-call profiler (thread-local).
+//   no_sanitize(...)                ASan, TSan, UBSan, MSan and safe-stack keep per-thread state or
+//   disable_sanitizer_instrumentation  call runtime hooks; Clang's no_sanitize("thread") still
+//                                   emits TSan's function entry and exit hooks, which
+//                                   disable_sanitizer_instrumentation removes (Clang 14 still
+//                                   needs no_sanitize for ASan and UBSan).
+//   no_sanitize_coverage, "coverage" -fsanitize-coverage's callbacks, which programs define.
+//   xray_never_instrument           Clang's XRay, whose handler the program installs.
+//   no_stack_protector              the canary is thread-local: a read would use the calling
+//                                   thread's block, which is gone if that thread has exited.
+// (-fsplit-stack, which keeps the stack limit in thread-local storage, is not covered: GCC
+// accepts no_split_stack only before a function's definition.)
+// tests/process_test.cpp checks the machine code (no call out, no %fs), and
+// tests/process_instrument_test.cpp runs it under -finstrument-functions.
+
+#if defined(__clang__) && __has_attribute(disable_sanitizer_instrumentation)
 #define TEARDOWN_SHADOW_NO_SANITIZE \
-  __attribute__((disable_sanitizer_instrumentation, no_sanitize("address", "thread", "undefined", "safe-stack")))
+  __attribute__((disable_sanitizer_instrumentation, \
+                 no_sanitize("address", "thread", "undefined", "memory", "safe-stack", "coverage")))
 #elif defined(__clang__)
-#define TEARDOWN_SHADOW_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined", "safe-stack")))
+#define TEARDOWN_SHADOW_NO_SANITIZE \
+  __attribute__((no_sanitize("address", "thread", "undefined", "memory", "safe-stack", "coverage")))
 #else
 #define TEARDOWN_SHADOW_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
 #endif
-#if defined(__has_attribute) && __has_attribute(no_stack_protector)
+#if __has_attribute(no_sanitize_coverage)
+#define TEARDOWN_SHADOW_NO_COVERAGE __attribute__((no_sanitize_coverage))
+#else
+#define TEARDOWN_SHADOW_NO_COVERAGE
+#endif
+#if __has_attribute(no_profile_instrument_function)
+#define TEARDOWN_SHADOW_NO_PROFILE __attribute__((no_profile_instrument_function))
+#else
+#define TEARDOWN_SHADOW_NO_PROFILE
+#endif
+#if __has_attribute(xray_never_instrument)
+#define TEARDOWN_SHADOW_NO_XRAY __attribute__((xray_never_instrument))
+#else
+#define TEARDOWN_SHADOW_NO_XRAY
+#endif
+#if __has_attribute(no_stack_protector)
 #define TEARDOWN_SHADOW_NO_CANARY __attribute__((no_stack_protector))
 #else
 #define TEARDOWN_SHADOW_NO_CANARY __attribute__((optimize("no-stack-protector")))
 #endif
-// The stack protector's canary is thread-local: a read would use the calling thread's block,
-// which is gone if that thread has exited.
-#define TEARDOWN_SHADOW_HELPER_CODE TEARDOWN_SHADOW_NO_SANITIZE TEARDOWN_SHADOW_NO_CANARY
+#define TEARDOWN_SHADOW_HELPER_CODE                                                                    \
+  __attribute__((no_instrument_function)) TEARDOWN_SHADOW_NO_SANITIZE TEARDOWN_SHADOW_NO_COVERAGE      \
+  TEARDOWN_SHADOW_NO_PROFILE TEARDOWN_SHADOW_NO_XRAY TEARDOWN_SHADOW_NO_CANARY
 
 // A system call that leaves errno alone: returns the result, or -errno.
 TEARDOWN_SHADOW_HELPER_CODE inline long helper_syscall(long number, long a1 = 0, long a2 = 0, long a3 = 0,
@@ -321,7 +428,8 @@ TEARDOWN_SHADOW_HELPER_CODE inline long helper_syscall(long number, long a1 = 0,
 }
 
 TEARDOWN_SHADOW_HELPER_CODE inline void helper_publish(helper_args* args, int value) noexcept {
-  *static_cast<volatile int*>(&args->word) = value;
+  // Release: pairs with the owner's acquire load_word (what the helper did is done).
+  __atomic_store_n(&args->word, value, __ATOMIC_RELEASE);
   // Not FUTEX_PRIVATE: the owner waits with a shared futex, as the kernel's clear-and-wake on
   // exit uses one, and the two kinds do not wake each other.
   helper_syscall(SYS_futex, reinterpret_cast<long>(&args->word), FUTEX_WAKE, INT_MAX);
@@ -391,14 +499,15 @@ TEARDOWN_SHADOW_HELPER_CODE inline bool helper_parent_gone(const helper_args* ar
   }
 }
 
-// clone() as a raw system call: returns the child's pid, or -errno. The child starts on
-// stack_top with no frame, calls helper_main(args) and never comes back here. Everything it
-// runs before helper_main is in this asm block: registers only, nothing on the owner's stack.
-inline long clone_helper(unsigned long flags, void* stack_top, int* clear_tid, helper_args* args) noexcept {
+// clone() as a raw system call: returns the child's pid, or -errno; with CLONE_PIDFD the kernel
+// writes a pidfd (close-on-exec) to *pidfd. The child starts on stack_top with no frame, calls
+// helper_main(args) and never comes back here. Everything it runs before helper_main is in this
+// asm block: registers only, nothing on the owner's stack.
+inline long clone_helper(unsigned long flags, void* stack_top, int* pidfd, int* clear_tid, helper_args* args) noexcept {
   long result = SYS_clone;
   void (*const entry)(void*) noexcept = &helper_main;
   __asm__ volatile(
-      "mov %[clear_tid], %%r10\n\t"  // x86-64 order: flags, stack, parent_tid, child_tid, tls
+      "mov %[clear_tid], %%r10\n\t"  // x86-64 order: flags, stack, parent_tid (the pidfd), child_tid, tls
       "xor %%r8d, %%r8d\n\t"
       "mov %[entry], %%r9\n\t"
       "mov %[args], %%r12\n\t"
@@ -411,21 +520,52 @@ inline long clone_helper(unsigned long flags, void* stack_top, int* clear_tid, h
       "ud2\n"
       "1:"
       : "+a"(result)
-      : "D"(flags), "S"(stack_top), "d"(0L), [clear_tid] "r"(clear_tid), [entry] "r"(entry), [args] "r"(args)
+      : "D"(flags), "S"(stack_top), "d"(pidfd), [clear_tid] "r"(clear_tid), [entry] "r"(entry), [args] "r"(args)
       : "rcx", "r8", "r9", "r10", "r11", "r12", "memory", "cc");
   return result;
 }
 
 // ---- the owner's side ---------------------------------------------------------------------
 
+// A descriptor of ours and what it is (device and inode), so that a number the program reused
+// after closing ours is never closed, or signalled through, by mistake.
+struct owned_fd {
+  int fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
+
+  // Takes `fd` (closes it on failure); false if it cannot be identified.
+  bool adopt(int new_fd) noexcept {
+    struct stat st {};
+    if (fstat(new_fd, &st) != 0) {
+      close(new_fd);
+      return false;
+    }
+    fd = new_fd;
+    dev = st.st_dev;
+    ino = st.st_ino;
+    return true;
+  }
+  bool is_ours() const noexcept {
+    struct stat st {};
+    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+  }
+  void close_if_ours() noexcept {
+    if (is_ours()) close(fd);
+    fd = -1;
+    dev = 0;
+    ino = 0;
+  }
+};
+
 struct shadow_state {
   std::mutex mutex;                 // serializes enable, disable and the fork handlers
   std::atomic<pid_t> owner{0};      // getpid() of the process the helper serves; 0: none
   std::atomic<pid_t> pid{0};        // the helper; 0: none
+  std::atomic<bool> code_pinned{false};  // pin_code() succeeded once (it may run again: harmless)
   // Under mutex:
-  int write_fd = -1;  // the pipe's write end, and what it is, so that a descriptor the program
-  dev_t write_dev = 0;  // reused after closing ours is never closed by mistake
-  ino_t write_ino = 0;
+  owned_fd write_end;  // the pipe's write end
+  owned_fd pidfd;      // the helper's pidfd; fd -1 where the kernel offers none (before 5.3)
   void* stack = nullptr;
   std::size_t stack_bytes = 0;
   bool fork_handlers = false;
@@ -436,33 +576,112 @@ struct shadow_state {
 // outlives static destruction and a fork handler can run at any time.
 inline constinit shadow_state state{};
 
-inline int read_word(shadow_state& s) noexcept {
-  return std::atomic_ref<int>(s.args.word).load(std::memory_order_acquire);
-}
-
 [[noreturn]] inline void throw_errno(int error, const std::string& what) {
   throw std::system_error(error, std::generic_category(), "teardown::process::enable_shadow_teardown: " + what);
 }
 
-inline bool is_our_write_end(const shadow_state& s) noexcept {
-  struct stat st {};
-  return s.write_fd >= 0 && fstat(s.write_fd, &st) == 0 && st.st_dev == s.write_dev && st.st_ino == s.write_ino;
+// Whether this process runs under valgrind, which cannot run a clone(CLONE_VM) process that is
+// not a thread: it ends the whole program ("Unsupported clone() flags ... Valgrind has to exit
+// now"). Its client request is exact where valgrind's header was found; without it, valgrind's
+// own objects in our mappings tell: the preload object its core injects into every dynamically
+// linked program, and the tool itself (<tool>-<arch>-linux), mapped into every program it runs.
+inline bool under_valgrind() noexcept {
+#if defined(TEARDOWN_SHADOW_VALGRIND_H)
+  return RUNNING_ON_VALGRIND != 0;
+#else
+  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // no /proc: nothing to go by
+  std::string maps;
+  char chunk[4096];
+  for (;;) {
+    const ssize_t got = read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    maps.append(chunk, static_cast<std::size_t>(got));
+  }
+  close(fd);
+  for (std::size_t at = 0; at < maps.size();) {
+    std::size_t end = maps.find('\n', at);
+    if (end == std::string::npos) end = maps.size();
+    const std::string_view line(maps.data() + at, end - at);
+    if (line.find("/vgpreload_core-") != std::string_view::npos) return true;
+    if (line.find("/valgrind/") != std::string_view::npos && line.ends_with("-linux")) return true;
+    at = end + 1;
+  }
+  return false;
+#endif
 }
 
-inline void reap(pid_t pid) noexcept {
-  int status = 0;
-  while (waitpid(pid, &status, __WCLONE) < 0 && errno == EINTR) {
+// Makes the shared object that holds `code` permanent (RTLD_NODELETE), so that a dlclose() leaves
+// it mapped. Nothing to do for the program itself, or for code outside any object dladdr knows
+// (a static program: nothing there can be unloaded).
+inline void pin_object(const void* code) {
+  Dl_info object{};
+  if (dladdr(code, &object) == 0 || object.dli_fname == nullptr) return;
+  Dl_info program{};
+  const unsigned long program_headers = getauxval(AT_PHDR);
+  if (program_headers != 0 && dladdr(reinterpret_cast<const void*>(program_headers), &program) != 0 &&
+      program.dli_fbase == object.dli_fbase) {
+    return;
+  }
+  // The extra reference is never dropped: the object stays for the life of the process.
+  if (dlopen(object.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE) == nullptr) {
+    throw_errno(ELIBACC, std::string("cannot keep ") + object.dli_fname +
+                             " loaded for the helper (dlopen with RTLD_NOLOAD | RTLD_NODELETE failed)");
+  }
+}
+
+// The helper runs this header's code and reads `state`, in whichever objects hold them: the
+// program, or a shared object (a plugin) that a dlclose() would unmap under the running helper,
+// which would crash on its next wake-up. Both stay loaded for the life of the process. Not under
+// the mutex: dlopen takes the loader's lock, which a plugin's constructor that enables holds.
+inline void pin_code(shadow_state& s) {
+  if (s.code_pinned.load(std::memory_order_relaxed)) return;
+  pin_object(reinterpret_cast<const void*>(&helper_main));
+  pin_object(&s);
+  s.code_pinned.store(true, std::memory_order_relaxed);
+}
+
+// Kills this process's helper unless it has exited already, and reaps it. Never signals or reaps
+// another process, even after a waiter of the program's (waitpid with __WALL or __WCLONE) reaped
+// the helper behind our back and its pid went to a new process:
+//   - the word reads nonzero until the helper exits (the kernel clears it then), and a pid is
+//     reused only after its process has exited and been reaped: a helper whose word reads zero
+//     is not signalled;
+//   - with a pidfd (CLONE_PIDFD, Linux 5.2; pidfd_open, 5.3), the signal and the wait name the
+//     process, not a number: pidfd_send_signal and waitid(P_PIDFD) cannot reach another one, and
+//     return ESRCH / ECHILD once it is gone;
+//   - without one (older kernels, or a sandbox that refuses both), kill() and waitpid() take the
+//     number that the word vouched for just before: only a waiter that reaps the helper between
+//     that check and the kill, with a new process taking the number in that instant, could
+//     still be hit.
+// Under the mutex.
+inline void kill_and_reap(shadow_state& s, pid_t pid) noexcept {
+  const bool by_pidfd = s.pidfd.is_ours();
+  if (load_word(s.args.word) != word_exited) {
+    if (by_pidfd) {
+      (void)syscall(sys_pidfd_send_signal, s.pidfd.fd, SIGKILL, nullptr, 0);
+    } else {
+      (void)kill(pid, SIGKILL);
+    }
+  }
+  if (by_pidfd) {
+    siginfo_t info{};
+    while (syscall(SYS_waitid, id_pidfd, s.pidfd.fd, &info, WEXITED | __WALL, nullptr) < 0 && errno == EINTR) {
+    }
+  } else {
+    int status = 0;
+    while (waitpid(pid, &status, static_cast<int>(__WCLONE)) < 0 && errno == EINTR) {
+    }
   }
 }
 
 // Closes what this process holds for a helper that is gone (reaped, or never ours: a raw-clone
 // child of the owner). Under the mutex.
 inline void forget_helper(shadow_state& s, bool unmap_stack) noexcept {
-  if (is_our_write_end(s)) close(s.write_fd);
+  s.write_end.close_if_ours();
+  s.pidfd.close_if_ours();
   if (unmap_stack && s.stack != nullptr) munmap(s.stack, s.stack_bytes);
-  s.write_fd = -1;
-  s.write_dev = 0;
-  s.write_ino = 0;
   s.stack = nullptr;
   s.stack_bytes = 0;
   s.pid.store(0, std::memory_order_release);
@@ -476,8 +695,7 @@ inline void retire_helper(shadow_state& s) noexcept {
     forget_helper(s, false);  // a copy inherited without the fork handlers: nothing of it is ours
     return;
   }
-  kill(pid, SIGKILL);
-  reap(pid);
+  kill_and_reap(s, pid);
   forget_helper(s, true);
 }
 
@@ -488,11 +706,22 @@ inline void register_fork_handlers(shadow_state& s) {
                                      // The child's stack copy does not exist (MADV_DONTFORK); the
                                      // helper is the parent's.
                                      forget_helper(state, false);
-                                     std::atomic_ref<int>(state.args.word).store(word_exited, std::memory_order_relaxed);
+                                     store_word_relaxed(state.args.word, word_exited);
                                      state.mutex.unlock();
                                    });
   if (error != 0) throw_errno(error, "pthread_atfork");
   s.fork_handlers = true;
+}
+
+// A descriptor moved off 0..2, which programs redirect with dup2 (and so would close it); -1 and
+// errno if that fails (`fd` is closed either way).
+inline int off_standard_streams(int fd) noexcept {
+  if (fd > 2) return fd;
+  const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  const int error = errno;
+  close(fd);
+  errno = error;
+  return moved;
 }
 
 // Creates the helper; on any failure throws with nothing left behind. Under the mutex.
@@ -500,28 +729,22 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw_errno(errno, "pipe2");
   int read_fd = fds[0];
-  int write_fd = fds[1];
-  auto close_pipe = [&] {
-    if (read_fd >= 0) close(read_fd);
-    if (write_fd >= 0) close(write_fd);
-  };
-  // Keep the write end off 0..2, which programs redirect with dup2 (and so would close it).
-  if (write_fd <= 2) {
-    const int moved = fcntl(write_fd, F_DUPFD_CLOEXEC, 3);
-    if (moved < 0) {
-      const int error = errno;
-      close_pipe();
-      throw_errno(error, "fcntl(F_DUPFD_CLOEXEC)");
-    }
-    close(write_fd);
-    write_fd = moved;
-  }
-  struct stat st {};
-  if (fstat(write_fd, &st) != 0) {
+  const int write_fd = off_standard_streams(fds[1]);
+  if (write_fd < 0) {
     const int error = errno;
-    close_pipe();
+    close(read_fd);
+    throw_errno(error, "fcntl(F_DUPFD_CLOEXEC)");
+  }
+  owned_fd write_end;
+  if (!write_end.adopt(write_fd)) {
+    const int error = errno;
+    close(read_fd);
     throw_errno(error, "fstat");
   }
+  auto close_pipe = [&] {
+    if (read_fd >= 0) close(read_fd);
+    close(write_end.fd);
+  };
 
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   const std::size_t usable = (options.stack_size + page - 1) / page * page;
@@ -553,28 +776,43 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
   s.args.fd_limit = fd_limit;
   const std::size_t name_length = options.name.size() < 15 ? options.name.size() : 15;
   for (std::size_t i = 0; i < sizeof s.args.name; ++i) s.args.name[i] = i < name_length ? options.name[i] : '\0';
-  std::atomic_ref<int>(s.args.word).store(word_starting, std::memory_order_relaxed);
+  store_word_relaxed(s.args.word, word_starting);
 
   // Every signal blocked across the clone, the two glibc keeps for itself included (which
   // pthread_sigmask would leave out): the helper inherits this mask and keeps it.
   const std::uint64_t all = ~std::uint64_t{0};
   std::uint64_t previous = 0;
   (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &previous, sizeof all);
-  const long cloned = clone_helper(CLONE_VM | CLONE_CHILD_CLEARTID, low + bytes, &s.args.word, &s.args);
+  // The pidfd comes with the clone, so that it names the helper before anyone can reap it. A
+  // sandbox may refuse the flag (a filter that allows known clone flags only); kernels before 5.2
+  // ignore it. Either way the helper works the same, with the word as its identity (above).
+  const unsigned long flags = CLONE_VM | CLONE_CHILD_CLEARTID;
+  int pidfd = -1;
+  long cloned = clone_helper(flags | clone_pidfd, low + bytes, &pidfd, &s.args.word, &s.args);
+  if (cloned < 0) {
+    pidfd = -1;
+    cloned = clone_helper(flags, low + bytes, &pidfd, &s.args.word, &s.args);
+  }
   (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &previous, nullptr, sizeof previous);
   close(read_fd);  // the helper has its own copy
   read_fd = -1;
   if (cloned < 0) {
     munmap(base, bytes);
     close_pipe();
-    std::atomic_ref<int>(s.args.word).store(word_exited, std::memory_order_relaxed);
+    store_word_relaxed(s.args.word, word_exited);
     throw_errno(static_cast<int>(-cloned), "clone(CLONE_VM)");
   }
   const auto pid = static_cast<pid_t>(cloned);
+  // The helper cannot be reaped before it reports unless it is killed: pidfd_open names it too.
+  if (pidfd < 0) pidfd = static_cast<int>(syscall(sys_pidfd_open, pid, 0));
+  if (pidfd >= 0) {
+    pidfd = off_standard_streams(pidfd);
+    if (pidfd >= 0) (void)s.pidfd.adopt(pidfd);  // unidentifiable: go on without it
+  }
 
   // Wait for the report. The bound only guards against a helper stopped before it reported.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  int word = read_word(s);
+  int word = load_word(s.args.word);
   while (word == word_starting) {
     const auto left = give_up - std::chrono::steady_clock::now();
     if (left <= std::chrono::nanoseconds::zero()) break;
@@ -582,23 +820,21 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
         left < std::chrono::seconds(1) ? left : std::chrono::nanoseconds(std::chrono::seconds(1)));
     timespec timeout{static_cast<time_t>(slice.count() / 1'000'000'000), static_cast<long>(slice.count() % 1'000'000'000)};
     (void)syscall(SYS_futex, &s.args.word, FUTEX_WAIT, word_starting, &timeout, nullptr, 0);
-    word = read_word(s);
+    word = load_word(s.args.word);
   }
   if (word == word_ready) {
-    s.write_fd = write_fd;
-    s.write_dev = st.st_dev;
-    s.write_ino = st.st_ino;
+    s.write_end = write_end;
     s.stack = base;
     s.stack_bytes = bytes;
-    s.pid.store(pid, std::memory_order_release);
+    s.pid.store(pid, std::memory_order_release);    // pairs with shadow_pid's acquire loads
     s.owner.store(self, std::memory_order_release);
     return pid;
   }
-  kill(pid, SIGKILL);
-  reap(pid);
+  kill_and_reap(s, pid);
+  s.pidfd.close_if_ours();
   munmap(base, bytes);
   close_pipe();
-  std::atomic_ref<int>(s.args.word).store(word_exited, std::memory_order_relaxed);
+  store_word_relaxed(s.args.word, word_exited);
   if (word == word_starting) throw_errno(ETIMEDOUT, "the helper did not report within 30 s");
   if (word == word_exited) throw_errno(ECHILD, "the helper died while it was being set up");
   throw_errno(word & 0xffff, std::string("the helper's ") + step_description(word >> 16) + " failed");
@@ -611,11 +847,15 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
 inline pid_t enable_shadow_teardown(const shadow_options& options) {
   detail::check_shadow_options(options);
 #if TEARDOWN_SHADOW_SUPPORTED
+  if (detail::under_valgrind()) {
+    detail::throw_errno(ENOTSUP, "valgrind cannot run the helper (a clone(CLONE_VM) process that is not a thread)");
+  }
   detail::shadow_state& s = detail::state;
+  detail::pin_code(s);
   const std::lock_guard lock(s.mutex);
   detail::register_fork_handlers(s);
   if (s.owner.load(std::memory_order_relaxed) == getpid() && s.pid.load(std::memory_order_relaxed) != 0 &&
-      detail::read_word(s) == detail::word_ready) {
+      detail::load_word(s.args.word) == detail::word_ready) {
     return s.pid.load(std::memory_order_relaxed);
   }
   detail::retire_helper(s);  // a dead one, or one inherited without the fork handlers
@@ -642,7 +882,7 @@ inline pid_t shadow_pid() noexcept {
   detail::shadow_state& s = detail::state;
   if (s.owner.load(std::memory_order_acquire) != getpid()) return 0;
   const pid_t pid = s.pid.load(std::memory_order_acquire);
-  return pid != 0 && detail::read_word(s) == detail::word_ready ? pid : 0;
+  return pid != 0 && detail::load_word(s.args.word) == detail::word_ready ? pid : 0;
 #else
   return 0;
 #endif
