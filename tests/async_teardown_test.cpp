@@ -1655,3 +1655,120 @@ TEST_F(AsyncTeardownStressTest, TwoCompositionsOnASharedBudgetNeverOverAdmitToge
 
 }  // namespace
 }  // namespace teardown_test
+
+namespace teardown_test {
+namespace {
+
+// --- An item put while still queued ------------------------------------------------------------
+
+TEST_F(AsyncTeardownTest, PutOfAnItemStillQueuedIsRefusedAndChangesNothing) {
+  auto items = make_items({100});
+  item_async async({}, traits());
+  async.freeze();  // the item stays queued
+  ASSERT_EQ(async.put(items[0]), decision::queued);
+  const teardown::async_teardown_stats before = async.stats();
+  const int cost_reads = log().cost_reads.load();
+  EXPECT_THROW(async.put(items[0]), std::invalid_argument);
+  const teardown::async_teardown_stats after = async.stats();
+  EXPECT_EQ(after.queued, before.queued);
+  EXPECT_EQ(after.sync, before.sync);
+  EXPECT_EQ(after.pending, before.pending) << "nothing charged";
+  EXPECT_EQ(log().cost_reads.load(), cost_reads) << "not even its cost was read";
+  EXPECT_EQ(items[0].prepared.load(), 1);
+  EXPECT_EQ(items[0].destroyed.load(), 0);
+  async.thaw();
+  async.flush();
+  EXPECT_EQ(items[0].destroyed.load(), 1);
+  EXPECT_EQ(async.stats().pending, 0u);
+}
+
+TEST_F(AsyncTeardownTest, PutOfAnItemOnACallersChainIsRefusedOnEveryPath) {
+  auto items = make_items({100});
+  teardown::llist_chain<item, &item::hook> chain;
+  chain.push_back(items[0]);
+  item_async disabled({.enabled = false}, traits());
+  EXPECT_THROW(disabled.put(items[0]), std::invalid_argument) << "not torn down inline either";
+  compiled_out_async compiled_out({}, traits());
+  EXPECT_THROW(compiled_out.put(items[0]), std::invalid_argument);
+  EXPECT_EQ(items[0].destroyed.load(), 0);
+  EXPECT_EQ(disabled.stats().sync, 0u);
+  EXPECT_EQ(disabled.put_chain(std::move(chain)), decision::sync_disabled);
+  EXPECT_EQ(items[0].destroyed.load(), 1);
+}
+
+// --- Constructors and options ------------------------------------------------------------------
+
+// Traits with no state, so that `async_teardown a({})` needs nothing else.
+struct plain_item {
+  llist_node hook;
+  std::uint64_t charge = 0;
+  std::atomic<int> destroyed{0};
+};
+struct plain_traits {
+  static std::uint64_t cost(const plain_item&) { return 1; }
+  static bool eligible(const plain_item&, std::uint64_t) { return true; }
+  static void prepare(plain_item&) {}
+  static void destroy(plain_item& i) { i.destroyed.fetch_add(1); }
+  static std::uint64_t& charge(plain_item& i) { return i.charge; }
+};
+using plain_async = teardown::async_teardown<plain_item, &plain_item::hook, plain_traits>;
+using plain_pooled_async = teardown::async_teardown<plain_item, &plain_item::hook, plain_traits, teardown::static_key,
+                                                    teardown::reaper_pool_workers>;
+static_assert(!std::is_copy_constructible_v<plain_async> && !std::is_move_constructible_v<plain_async>);
+static_assert(!std::is_copy_assignable_v<plain_async>);
+
+template <class Async>
+void expect_defaults_and_a_working_put(Async& async) {
+  const teardown::async_teardown_options defaults;
+  EXPECT_TRUE(async.enabled());
+  EXPECT_EQ(async.threshold(), defaults.threshold);
+  EXPECT_EQ(async.max_pending(), defaults.max_pending);
+  EXPECT_EQ(async.min_concurrent(), defaults.min_concurrent);
+  plain_item one;
+  EXPECT_EQ(async.put(one), decision::queued);
+  async.flush();
+  EXPECT_EQ(one.destroyed.load(), 1);
+}
+
+TEST_F(AsyncTeardownTest, EmptyBracesMeanTheDefaultOptions) {
+  plain_async async({});
+  expect_defaults_and_a_working_put(async);
+  plain_pooled_async pooled({});
+  expect_defaults_and_a_working_put(pooled);
+  plain_async with_traits({}, plain_traits{});
+  expect_defaults_and_a_working_put(with_traits);
+}
+
+std::size_t live_task_count() {
+  return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                                                std::filesystem::directory_iterator()));
+}
+
+TEST_F(AsyncTeardownTest, InvalidOptionsAreRefusedNamingTheFieldBeforeAnyThreadStarts) {
+  const std::size_t threads_before = live_task_count();
+  const auto refusal = [](async_teardown_options opts) -> std::string {
+    try {
+      plain_async async(std::move(opts));
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  const auto names = [](const std::string& what, const std::string& field) {
+    return what.find("teardown::async_teardown: " + field) != std::string::npos;
+  };
+  EXPECT_TRUE(names(refusal({.reaper = {.nice = 20}}), "reaper.nice"));
+  EXPECT_TRUE(names(refusal({.reaper = {.nice = -21}}), "reaper.nice"));
+  EXPECT_TRUE(names(refusal({.reaper = {.stall_threshold = -1ns}}), "reaper.stall_threshold"));
+  EXPECT_TRUE(names(refusal({.reaper = {.yield_after = -1ns}}), "reaper.yield_after"));
+  EXPECT_TRUE(names(refusal({.max_pending = teardown::budget::max_cap + 1}), "max_pending"));
+  EXPECT_TRUE(names(refusal({.min_concurrent = 0}), "min_concurrent"));
+  // The compiled-out form starts no worker, but bad options are bad there too.
+  EXPECT_THROW((teardown::async_teardown<plain_item, &plain_item::hook, plain_traits, teardown::const_key<false>>(
+                   {.reaper = {.nice = 20}})),
+               std::invalid_argument);
+  EXPECT_EQ(live_task_count(), threads_before) << "no worker was started";
+}
+
+}  // namespace
+}  // namespace teardown_test

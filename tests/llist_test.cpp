@@ -806,3 +806,25 @@ TYPED_TEST(LlistDeathTest, DestroyingEmptiedContainersIsSilent) {
 
 }  // namespace
 }  // namespace teardown_test
+
+// --- on_list ---------------------------------------------------------------------------------
+
+#include "llist_on_list_spec.hpp"  // NOLINT(bugprone-suspicious-include): shared with release_checks_test
+
+namespace teardown_test {
+namespace {
+
+// Adding a node that is still on a list aborts in every build, not only with the debug checks:
+// release_checks_test.cpp runs the same with NDEBUG. Here: the message and its element type.
+TEST(LlistDoubleAddTest, AddingANodeStillOnAListAbortsNamingTheElementType) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  static_assert(noexcept(std::declval<const llist_node&>().on_list()));
+  on_list_spec::widget w;
+  llist<on_list_spec::widget, &on_list_spec::widget::hook> list;
+  list.add(w);
+  EXPECT_DEATH(list.add(w), "teardown: llist::add: node is already on a list, chain or batch \\(element type .*widget\\)");
+  EXPECT_EQ(list.del_first(), &w);
+}
+
+}  // namespace
+}  // namespace teardown_test

@@ -984,3 +984,73 @@ TEST_F(ReaperPoolTest, ForkWhileOtherThreadsFlushStealAndFreezeLeavesAUsableChil
 
 }  // namespace
 }  // namespace teardown_test
+
+namespace teardown_test {
+namespace {
+
+// --- An item enqueued twice --------------------------------------------------------------------
+
+class ReaperPoolDeathTest : public ReaperPoolTest {
+ protected:
+  void SetUp() override {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");  // other threads exist: re-execute
+#if !GTEST_HAS_DEATH_TEST
+    GTEST_SKIP() << "this platform has no death tests";
+#endif
+  }
+};
+
+TEST_F(ReaperPoolDeathTest, EnqueueOfAnItemStillQueuedAbortsWithAMessage) {
+  for (bool steal : {false, true}) {
+    auto jobs = make_jobs(1);
+    job_pool pool(counting(), pool_options(2, steal));
+    pool.freeze();  // the item stays queued
+    pool.enqueue_to(0, jobs[0]);
+    EXPECT_DEATH(pool.enqueue(jobs[0]), "teardown::reaper_pool::enqueue: the item is already queued \\(element type .*job\\)");
+    EXPECT_DEATH(pool.enqueue_to(1, jobs[0]), "teardown::reaper_pool::enqueue: the item is already queued");
+    pool.thaw();
+    pool.flush();
+    EXPECT_EQ(jobs[0].runs.load(), 1);
+  }
+}
+
+// --- Options -----------------------------------------------------------------------------------
+
+TEST_F(ReaperPoolTest, InvalidWorkerOptionsAreRefusedNamingTheFieldBeforeAnyThreadStarts) {
+  const std::size_t threads_before = live_threads();
+  std::atomic<int> calls{0};
+  const job_fn fn = [&](job&) { calls.fetch_add(1); };
+  const auto refused_field = [&](const teardown::reaper_options& worker) -> std::string {
+    reaper_pool_options opts = pool_options(2);
+    opts.worker = worker;
+    try {
+      job_pool pool(fn, opts);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_NE(refused_field({.nice = 20}).find("teardown::reaper_pool: worker.nice"), std::string::npos);
+  EXPECT_NE(refused_field({.nice = -21}).find("teardown::reaper_pool: worker.nice"), std::string::npos);
+  EXPECT_NE(refused_field({.stall_threshold = -1ns}).find("teardown::reaper_pool: worker.stall_threshold"),
+            std::string::npos);
+  EXPECT_NE(refused_field({.yield_after = -1ns}).find("teardown::reaper_pool: worker.yield_after"), std::string::npos);
+  EXPECT_EQ(live_threads(), threads_before) << "no worker was started";
+  EXPECT_EQ(calls.load(), 0);
+}
+
+TEST_F(ReaperPoolTest, StatsSumTheWorkersYields) {
+  auto jobs = make_jobs(100);
+  reaper_pool_options opts = pool_options(2, /*steal=*/false);
+  opts.worker.yield_after = 1ns;
+  job_pool pool(counting(), opts);
+  for (std::size_t i = 0; i < jobs.size(); ++i) pool.enqueue_to(i, jobs[i]);
+  pool.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  EXPECT_EQ(pool.stats().yields, pool.worker_stats(0).yields + pool.worker_stats(1).yields);
+  EXPECT_GT(pool.worker_stats(0).yields, 0u);
+  EXPECT_GT(pool.worker_stats(1).yields, 0u);
+}
+
+}  // namespace
+}  // namespace teardown_test

@@ -11,7 +11,10 @@
 // deadlock shows as a hang, which the per-test hang_guard turns into an abort naming the test.
 #include "teardown/reaper.hpp"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
@@ -25,9 +28,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <latch>
 #include <mutex>
 #include <sstream>
@@ -962,6 +967,233 @@ TEST_F(ReaperStressTest, ProducersRacingStopLoseNothing) {
   reaper.flush();  // takes anything a producer left queued while racing the stop
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
   EXPECT_EQ(reaper.stats().pending, 0u);
+}
+
+}  // namespace
+}  // namespace teardown_test
+
+// --- Probes: sched_yield and pthread_getcpuclockid seen from inside ------------------------------
+//
+// Defined in the test executable, these two interpose libc's for the whole process (calls from
+// the headers bind to them): they count the worker's sched_yield calls, and let one stats() call
+// hold the window between deciding to read the worker's CPU clock and reading it.
+
+namespace teardown_test::probes {
+
+// sched_yield calls made on threads named "yield_probe".
+std::atomic<std::uint64_t> probe_yields{0};
+
+// Set on the thread whose next pthread_getcpuclockid call holds until stop() has returned (or
+// a second has passed, which is all a correct stats() allows: stop() cannot return meanwhile).
+thread_local bool hold_clock_read = false;
+std::atomic<int> held_clock_reads{0};
+std::atomic<bool> stop_returned{false};
+std::atomic<bool> clock_read_after_join{false};
+
+}  // namespace teardown_test::probes
+
+extern "C" int sched_yield() noexcept {
+  char name[16] = {};
+  if (pthread_getname_np(pthread_self(), name, sizeof name) == 0 && std::strcmp(name, "yield_probe") == 0) {
+    teardown_test::probes::probe_yields.fetch_add(1);
+  }
+  return static_cast<int>(syscall(SYS_sched_yield));
+}
+
+extern "C" int pthread_getcpuclockid(pthread_t thread, clockid_t* clock) noexcept {
+  using real_fn = int (*)(pthread_t, clockid_t*) noexcept;
+  static const auto real = reinterpret_cast<real_fn>(dlsym(RTLD_NEXT, "pthread_getcpuclockid"));
+  namespace probes = teardown_test::probes;
+  if (std::exchange(probes::hold_clock_read, false)) {
+    probes::held_clock_reads.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (!probes::stop_returned.load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (probes::stop_returned.load()) probes::clock_read_after_join.store(true);
+  }
+  return real(thread, clock);
+}
+
+namespace teardown_test {
+namespace {
+
+std::size_t live_threads() {
+  return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                                                std::filesystem::directory_iterator()));
+}
+
+// --- stats() and the worker's CPU clock ----------------------------------------------------------
+
+// stats() reads the worker's CPU clock through its pthread_t. A stats() call that decided to
+// read it while the worker ran must finish the read before stop() joins the worker: after the
+// join the pthread_t names nothing, or another thread. The probe holds the read until stop()
+// returns; stop() must not return while it is held.
+TEST_F(ReaperTest, StatsNeverReadsTheCpuClockOfAJoinedWorker) {
+  probes::stop_returned.store(false);
+  probes::clock_read_after_join.store(false);
+  probes::held_clock_reads.store(0);
+  auto jobs = make_jobs(1);
+  job_reaper reaper(counting());
+  reaper.enqueue(jobs[0]);
+  reaper.flush();
+  std::uint64_t cpu_seen = 0;
+  std::thread reader([&] {
+    probes::hold_clock_read = true;
+    cpu_seen = reaper.stats().worker_cpu_ns;
+  });
+  while (probes::held_clock_reads.load() == 0) std::this_thread::sleep_for(1ms);
+  reaper.stop();
+  probes::stop_returned.store(true);
+  reader.join();
+  EXPECT_FALSE(probes::clock_read_after_join.load()) << "stop() joined the worker while stats() was about to read its clock";
+  EXPECT_GT(cpu_seen, 0u);
+  EXPECT_GE(reaper.stats().worker_cpu_ns, cpu_seen) << "the final figure is read after every live reading";
+}
+
+// Many readers racing stop(): under ASan and TSan nothing is reported, and the figure is the
+// final one afterwards.
+TEST_F(ReaperTest, StatsRacingStopFromManyThreadsIsSafe) {
+  for (int round = 0; round < 10; ++round) {
+    auto jobs = make_jobs(10);
+    job_reaper reaper(counting(), {.nice = 0});  // not starved by the readers on a small machine
+    for (job& j : jobs) reaper.enqueue(j);
+    std::atomic<bool> done{false};
+    std::vector<std::thread> readers;
+    for (int r = 0; r < 2; ++r) {
+      readers.emplace_back([&] {
+        while (!done.load()) {
+          (void)reaper.stats();
+          std::this_thread::yield();
+        }
+      });
+    }
+    reaper.stop();
+    done.store(true);
+    for (std::thread& t : readers) t.join();
+    EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+    const teardown::reaper_stats s = reaper.stats();
+    EXPECT_FALSE(s.running);
+    EXPECT_EQ(s.worker_cpu_ns, reaper.stats().worker_cpu_ns) << "stopped: a fixed final figure";
+  }
+}
+
+// --- yield_after ---------------------------------------------------------------------------------
+
+TEST_F(ReaperTest, YieldAfterMakesTheWorkerCallSchedYieldAndCountsIt) {
+  probes::probe_yields.store(0);
+  auto jobs = make_jobs(200);
+  // yield_after = 1 ns: more than that always passes between two checkpoints, and the first
+  // checkpoint yields at once.
+  job_reaper reaper(counting(), {.name = "yield_probe", .yield_after = 1ns});
+  for (job& j : jobs) reaper.enqueue(j);
+  reaper.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  const std::uint64_t yields = reaper.stats().yields;
+  EXPECT_GT(yields, 0u);
+  EXPECT_GE(probes::probe_yields.load(), yields) << "every counted yield is a sched_yield call on the worker";
+}
+
+TEST_F(ReaperTest, WithoutYieldAfterTheWorkerNeverYields) {
+  probes::probe_yields.store(0);
+  auto jobs = make_jobs(200);
+  job_reaper reaper(counting(), {.name = "yield_probe"});
+  for (job& j : jobs) reaper.enqueue(j);
+  reaper.flush();
+  EXPECT_EQ(reaper.stats().yields, 0u);
+  EXPECT_EQ(probes::probe_yields.load(), 0u);
+}
+
+// --- An item enqueued twice --------------------------------------------------------------------
+
+class ReaperDeathTest : public ReaperTest {
+ protected:
+  void SetUp() override {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");  // other threads exist: re-execute
+#if !GTEST_HAS_DEATH_TEST
+    GTEST_SKIP() << "this platform has no death tests";
+#endif
+  }
+};
+
+TEST_F(ReaperDeathTest, EnqueueOfAnItemStillQueuedAbortsWithAMessage) {
+  auto jobs = make_jobs(1);
+  job_reaper reaper(counting());
+  reaper.freeze();  // the item stays queued
+  reaper.enqueue(jobs[0]);
+  EXPECT_DEATH(reaper.enqueue(jobs[0]), "teardown::reaper::enqueue: the item is already queued \\(element type .*job\\)");
+  reaper.thaw();
+  reaper.flush();
+  EXPECT_EQ(jobs[0].runs.load(), 1);
+}
+
+TEST_F(ReaperDeathTest, EnqueueAfterStopRefusesAnItemOnAChainRatherThanTearItDown) {
+  auto jobs = make_jobs(1);
+  job_reaper reaper(counting());
+  reaper.stop();
+  teardown::llist_chain<job, &job::hook> chain;
+  chain.push_back(jobs[0]);
+  EXPECT_DEATH(reaper.enqueue(jobs[0]), "teardown::reaper::enqueue: the item is already queued");
+  reaper.enqueue_chain(std::move(chain));  // inline, after stop
+  EXPECT_EQ(jobs[0].runs.load(), 1);
+}
+
+TEST_F(ReaperTest, FnMayEnqueueTheItemItIsTearingDownAgain) {
+  // The worker takes each item off its batch before fn sees it, so fn may queue it again.
+  job again;
+  job_reaper* self = nullptr;
+  job_reaper reaper([&](job& j) {
+    if (j.runs.fetch_add(1) < 2) self->enqueue(j);
+  });
+  self = &reaper;
+  reaper.enqueue(again);
+  while (again.runs.load() < 3) std::this_thread::sleep_for(100us);
+  reaper.flush();
+  EXPECT_EQ(again.runs.load(), 3);
+}
+
+// --- Options -----------------------------------------------------------------------------------
+
+TEST_F(ReaperTest, InvalidOptionsAreRefusedNamingTheFieldBeforeAnyThreadStarts) {
+  using namespace std::string_literals;
+  struct refused {
+    reaper_options opts;
+    const char* field;
+  };
+  const std::vector<refused> cases = {
+      {{.nice = 20}, "nice"},
+      {{.nice = -21}, "nice"},
+      {{.cpus = {0, -1}}, "cpus"},
+      {{.policy = static_cast<teardown::sched_policy>(7)}, "policy"},
+      {{.order = static_cast<drain_order>(7)}, "order"},
+      {{.stall_threshold = -1ns}, "stall_threshold"},
+      {{.yield_after = -1ns}, "yield_after"},
+      {{.name = "bad\0name"s}, "name"},
+  };
+  const std::size_t threads_before = live_threads();
+  std::atomic<int> calls{0};
+  for (const refused& c : cases) {
+    try {
+      job_reaper reaper([&](job&) { calls.fetch_add(1); }, c.opts);
+      ADD_FAILURE() << c.field << ": accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("teardown::reaper: ") + c.field), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(live_threads(), threads_before) << "no worker was started";
+  EXPECT_EQ(calls.load(), 0);
+}
+
+TEST_F(ReaperTest, BoundaryOptionsAreAccepted) {
+  for (const reaper_options& opts : {reaper_options{.nice = -20}, reaper_options{.nice = 19},
+                                     reaper_options{.stall_threshold = 0ns, .yield_after = 0ns}}) {
+    auto jobs = make_jobs(3);
+    job_reaper reaper(counting(), opts);  // nice -20 may be refused by the kernel: a setup warning
+    for (job& j : jobs) reaper.enqueue(j);
+    reaper.flush();
+    EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  }
 }
 
 }  // namespace

@@ -351,3 +351,30 @@ TEST_F(SwapReleaseStressTest, ConcurrentExitsWithFailingAllocationsReleaseEveryE
 
 }  // namespace
 }  // namespace teardown_test
+
+namespace teardown_test {
+namespace {
+
+// --- the allocator's lifetime --------------------------------------------------------------------
+
+// set_swap_batch_allocator keeps only the allocator's address, so a temporary would dangle as
+// soon as the call returns (ASan: stack-use-after-scope at the next exit): it must not compile.
+template <class System>
+concept accepts_a_temporary_allocator = requires(System& kernel) {
+  kernel.set_swap_batch_allocator(swap_batch_allocator{nullptr, nullptr});
+};
+template <class System>
+concept accepts_a_named_allocator = requires(System& kernel, const swap_batch_allocator& allocator) {
+  kernel.set_swap_batch_allocator(allocator);
+};
+
+TEST(SwapBatchAllocatorTest, ATemporaryAllocatorDoesNotCompileANamedOneDoes) {
+  static_assert(!accepts_a_temporary_allocator<mm_system>);
+  static_assert(!accepts_a_temporary_allocator<teardown::model::pooled_mm_system>);
+  static_assert(accepts_a_named_allocator<mm_system>);
+  static_assert(accepts_a_named_allocator<teardown::model::pooled_mm_system>);
+  SUCCEED();
+}
+
+}  // namespace
+}  // namespace teardown_test

@@ -88,6 +88,9 @@
 //                             included), provided Traits' functions and any trace hook are and
 //                             nothing throws (an exception allocates); an inline decision runs
 //                             destroy on the caller, so it is as safe as destroy.
+//                             put refuses an item that is still queued (its hook on_list())
+//                             with std::invalid_argument, changing nothing; such an item never
+//                             gets into a chain (llist_chain's push aborts).
 //   drain                     any thread but a worker; blocking (tears down on the caller).
 //   flush, flush_for, freeze, thaw, shutdown   any thread but a worker; may block (see
 //                             reaper.hpp, reaper_pool.hpp). After shutdown, put tears down
@@ -319,27 +322,30 @@ class async_teardown {
 
  public:
   /// Starts the worker(s) (unless the deferred path is compiled out). Throws
-  /// std::invalid_argument, starting nothing, if max_pending > budget::max_cap (or is set
-  /// along with shared_budget), min_concurrent == 0, or (reaper_pool_workers) the pool's options are bad (see reaper_pool);
+  /// std::invalid_argument naming the field, starting nothing, if max_pending >
+  /// budget::max_cap (or is set along with shared_budget), min_concurrent == 0, opts.reaper is
+  /// refused as a reaper's options are (reaper_options), or (reaper_pool_workers) the pool's
+  /// options are bad (see reaper_pool);
   /// std::system_error if a thread cannot start (the workers made so far are stopped).
+  /// `async_teardown a({})` means the defaults.
   explicit async_teardown(async_teardown_options opts = {}, Traits traits = Traits{})
-      : traits_(std::move(traits)),
-        toggle_(detail::make_key<Key>(opts.enabled)),
-        threshold_(opts.threshold),
-        min_concurrent_(validated_min_concurrent(opts.min_concurrent)),
-        budget_owner_(make_budget(opts)),
-        budget_(*budget_owner_),
-        sync_when_stalled_(opts.sync_when_stalled),
-        reaper_(start_reaper(this, std::move(opts))) {}
+      : async_teardown(validated_options(std::move(opts)), std::move(traits), checked_tag{}) {}
 
-  async_teardown(const async_teardown&) = delete;
+  // Deleted copy takes a non-const reference: a const one would be a candidate for
+  // `async_teardown a({})` too ({} making a temporary async_teardown), and the call ambiguous.
+  async_teardown(async_teardown&) = delete;
   async_teardown& operator=(const async_teardown&) = delete;
 
   /// Shuts down: tears down everything still queued, then joins the reaper. May block.
   ~async_teardown() = default;
 
-  /// Queues the item or tears it down inline; see the header comment for the steps.
+  /// Queues the item or tears it down inline; see the header comment for the steps. Throws
+  /// std::invalid_argument, changing nothing, for an item that is still queued.
   decision put(T& item) {
+    // Before every step: tearing down or queuing an item that is on a list would corrupt it.
+    if ((item.*Hook).on_list()) [[unlikely]] {
+      throw std::invalid_argument("teardown::async_teardown::put: the item is already queued (on a list, chain or batch)");
+    }
     if constexpr (compiled_out) {
       traits_.destroy(item);
       return decision::sync_disabled;
@@ -569,6 +575,29 @@ class async_teardown {
   std::uint64_t trace_domain() const noexcept { return trace_domain_; }
 
  private:
+  struct checked_tag {};
+
+  async_teardown(async_teardown_options&& opts, Traits&& traits, checked_tag)
+      : traits_(std::move(traits)),
+        toggle_(detail::make_key<Key>(opts.enabled)),
+        threshold_(opts.threshold),
+        min_concurrent_(opts.min_concurrent),
+        budget_owner_(make_budget(opts)),
+        budget_(*budget_owner_),
+        sync_when_stalled_(opts.sync_when_stalled),
+        reaper_(start_reaper(this, std::move(opts))) {}
+
+  // Everything refused before anything is built (the pool checks its own options as well).
+  static async_teardown_options&& validated_options(async_teardown_options&& opts) {
+    (void)validated_min_concurrent(opts.min_concurrent);
+    if (opts.max_pending > budget::max_cap) {
+      throw std::invalid_argument("teardown::async_teardown: max_pending must be at most " +
+                                  std::to_string(budget::max_cap) + ", got " + std::to_string(opts.max_pending));
+    }
+    opts.reaper = detail::validated_reaper_options(std::move(opts.reaper), "teardown::async_teardown", "reaper.");
+    return std::move(opts);
+  }
+
   // Constructs the reaper in place (the optional is initialized straight from the returned
   // prvalue): optional::emplace would first reset it, which GCC 12 reads, wrongly, as a possible
   // use of an uninitialized reaper (-Wmaybe-uninitialized at -O1 and above).

@@ -43,15 +43,28 @@
 // relaxed snapshot: it may be stale by the time the caller looks at it, and is meant for
 // heuristics (should I sleep?) and for quiescent checks.
 //
-// Debug checks (on unless NDEBUG; force with TEARDOWN_LLIST_CHECKS=0/1): adding a node that is
-// still on a list, chain or batch, and destroying an llist, llist_batch or llist_chain that
-// still holds nodes, print a message naming the element type and abort. With the checks off
-// none of that code exists. The checks rely on one convention: a node that is on nothing links
-// to itself. Copying an element gives the copy a fresh, unlinked hook.
+// Adding twice. A node that is on nothing links to itself (the kernel's llist_on_list
+// convention); llist_node::on_list() is true from the add (or chain push) that links it until a
+// pop takes it off: a batch's or chain's pop_front or range-for, or del_first. The pops mark the
+// node off before handing it out, since the caller may free it or add it again. A node handed
+// out by del_all is still "on" its batch until the batch yields it. add, unsynchronized_add and
+// llist_chain's pushes refuse a node that is still on a list, chain or batch in every build:
+// they write a message naming the element type to stderr (write(2), async-signal-safe) and
+// abort, rather than link the node twice (a cycle that a consumer would walk for ever). The
+// check is one relaxed load of the node's own link, which the add writes next anyway; the pops
+// pay one relaxed store to the link they have just read.
+//
+// Debug checks (on unless NDEBUG; force with TEARDOWN_LLIST_CHECKS=0/1): destroying an llist,
+// llist_batch or llist_chain that still holds nodes prints a message naming the element type
+// and aborts. With the checks off none of that code exists. Copying an element gives the copy a
+// fresh, unlinked hook.
 #pragma once
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
 #include <cstddef>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -84,7 +97,7 @@ template <class T, llist_node T::*Hook>
 struct hook_traits;
 
 // "job" for teardown::detail::type_name<job>(), from the compiler's pretty function name; used
-// only in the debug checks' messages.
+// in the checks' messages.
 template <class T>
 constexpr std::string_view type_name() noexcept {
   std::string_view name = __PRETTY_FUNCTION__;
@@ -96,17 +109,32 @@ constexpr std::string_view type_name() noexcept {
   return name.substr(0, end);
 }
 
+// Writes all of `text` to stderr with write(2): async-signal-safe, no stdio lock or buffer.
+inline void write_to_stderr(std::string_view text) noexcept {
+  while (!text.empty()) {
+    const ssize_t written = ::write(STDERR_FILENO, text.data(), text.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return;
+    text.remove_prefix(static_cast<std::size_t>(written));
+  }
+}
+
+// "teardown: <what> (element type <type>[, <count> node(s)])" on stderr, then abort.
+// Async-signal-safe: an add may run in a signal handler.
 [[noreturn]] inline void llist_check_failed(std::string_view what, std::string_view type,
                                             std::size_t count = 0) noexcept {
+  write_to_stderr("teardown: ");
+  write_to_stderr(what);
+  write_to_stderr(" (element type ");
+  write_to_stderr(type);
   if (count != 0) {
-    std::fprintf(stderr, "teardown: %.*s (element type %.*s, %zu node(s))\n",
-                 static_cast<int>(what.size()), what.data(), static_cast<int>(type.size()),
-                 type.data(), count);
-  } else {
-    std::fprintf(stderr, "teardown: %.*s (element type %.*s)\n", static_cast<int>(what.size()),
-                 what.data(), static_cast<int>(type.size()), type.data());
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, count).ptr;
+    write_to_stderr(", ");
+    write_to_stderr(std::string_view(digits, static_cast<std::size_t>(end - digits)));
+    write_to_stderr(" node(s)");
   }
-  std::fflush(stderr);
+  write_to_stderr(")\n");
   std::abort();
 }
 
@@ -119,6 +147,12 @@ struct llist_node {
   llist_node(const llist_node&) noexcept : next_(this) {}
   llist_node& operator=(const llist_node&) noexcept { return *this; }  // keeps its own linkage
 
+  /// True while the node is on a list, a chain or a batch: from the add or chain push that
+  /// links it until a pop (a batch's or chain's pop_front or range-for, del_first) takes it
+  /// off; see "Adding twice" in the header comment. A relaxed snapshot, for the node's owner
+  /// (the thread that may add it): another thread's node may be taken off meanwhile. Wait-free.
+  bool on_list() const noexcept { return next_.load(std::memory_order_relaxed) != this; }
+
  private:
   template <class T, llist_node T::*Hook, class Atomics>
   friend class llist;
@@ -130,16 +164,12 @@ struct llist_node {
   friend struct detail::hook_traits;
 
   // Atomic because del_first reads the link of a node that a concurrent add has just
-  // published; every access is relaxed, ordering comes from the list head.
+  // published, and on_list() may be asked while a consumer takes the node; every access is
+  // relaxed, ordering comes from the list head.
   std::atomic<llist_node*> next_;
 
-  // "On nothing" means linked to itself (see the debug checks in the header comment).
-  bool unlinked() const noexcept { return next_.load(std::memory_order_relaxed) == this; }
-  void mark_unlinked() noexcept {
-#if TEARDOWN_LLIST_CHECKS
-    next_.store(this, std::memory_order_relaxed);
-#endif
-  }
+  // "On nothing" means linked to itself. Every pop does this before handing the node out.
+  void mark_off_list() noexcept { next_.store(this, std::memory_order_relaxed); }
   llist_node* next() const noexcept { return next_.load(std::memory_order_relaxed); }
   void set_next(llist_node* next) noexcept { next_.store(next, std::memory_order_relaxed); }
 };
@@ -180,15 +210,12 @@ struct hook_traits {
 #endif
   }
 
-  static void check_unlinked(llist_node& node, std::string_view operation) noexcept {
-#if TEARDOWN_LLIST_CHECKS
-    if (!node.unlinked()) {
+  // In every build (see "Adding twice"): linking a node that is still on something would
+  // make a cycle or steal it from another list.
+  static void check_off_list(const llist_node& node, std::string_view operation) noexcept {
+    if (node.on_list()) [[unlikely]] {
       llist_check_failed(operation, type_name<T>());
     }
-#else
-    (void)node;
-    (void)operation;
-#endif
   }
 };
 
@@ -228,7 +255,7 @@ class llist_batch {
     llist_node* node = first_;
     if (node == nullptr) return nullptr;
     first_ = node->next();
-    node->mark_unlinked();
+    node->mark_off_list();
     return &hooks::element(*node);
   }
 
@@ -329,7 +356,7 @@ class llist_chain {
 
   void push_front(T& element) noexcept {
     llist_node& node = hooks::node(element);
-    hooks::check_unlinked(node, "llist_chain::push_front: node is already on a list, chain or batch");
+    hooks::check_off_list(node, "llist_chain::push_front: node is already on a list, chain or batch");
     node.set_next(first_);
     first_ = &node;
     if (last_ == nullptr) last_ = &node;
@@ -337,7 +364,7 @@ class llist_chain {
 
   void push_back(T& element) noexcept {
     llist_node& node = hooks::node(element);
-    hooks::check_unlinked(node, "llist_chain::push_back: node is already on a list, chain or batch");
+    hooks::check_off_list(node, "llist_chain::push_back: node is already on a list, chain or batch");
     node.set_next(nullptr);
     if (last_ == nullptr) {
       first_ = &node;
@@ -353,7 +380,7 @@ class llist_chain {
     if (node == nullptr) return nullptr;
     first_ = node->next();
     if (first_ == nullptr) last_ = nullptr;
-    node->mark_unlinked();
+    node->mark_off_list();
     return &hooks::element(*node);
   }
 
@@ -393,7 +420,7 @@ class llist {
   /// the first of a run of adders wakes the consumer.
   bool add(T& element) noexcept {
     llist_node& node = hooks::node(element);
-    hooks::check_unlinked(node, "llist::add: node is already on a list, chain or batch");
+    hooks::check_off_list(node, "llist::add: node is already on a list, chain or batch");
     return link(&node, &node);
   }
 
@@ -447,7 +474,7 @@ class llist {
         break;
       }
     }
-    first->mark_unlinked();
+    first->mark_off_list();
     return &hooks::element(*first);
   }
 
@@ -457,7 +484,7 @@ class llist {
   /// Not thread-safe: for a caller that owns the list outright. Same result as add().
   bool unsynchronized_add(T& element) noexcept {
     llist_node& node = hooks::node(element);
-    hooks::check_unlinked(node, "llist::unsynchronized_add: node is already on a list, chain or batch");
+    hooks::check_off_list(node, "llist::unsynchronized_add: node is already on a list, chain or batch");
     llist_node* first = head_.load(std::memory_order_relaxed);
     node.set_next(first);
     head_.store(&node, std::memory_order_relaxed);

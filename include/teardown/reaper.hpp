@@ -16,13 +16,19 @@
 //                        Async-signal-safe while the worker runs, a thread's first enqueue
 //                        included (no lock, no allocation: counter.hpp); after stop() and in a
 //                        fork child it runs fn inline, so it is then as safe as fn (and on_error).
+//                        An item still queued (its hook on_list(): fn has not started on it) is
+//                        a program bug: enqueue writes why to stderr (write(2)) and aborts, in
+//                        every build. A chain's items are checked as they are pushed onto it.
 //   flush, flush_for     any thread but the worker; may block (waits for the worker).
 //   freeze, thaw         any thread but the worker; freeze may block until the worker is parked
 //                        between items. Freezes nest; thaw without freeze throws. A worker
 //                        frozen in the middle of a batch hands the rest of it back to the
 //                        queue, so that reap_on_caller reaches everything not yet started.
 //   stop                 any thread but the worker; may block (drains, then joins). Idempotent.
-//   stats, stalled       any thread; wait-free snapshots.
+//   stats, stalled       any thread; wait-free snapshots. stats reads the worker's CPU clock
+//                        only while the worker cannot exit (see worker_cpu_ns()); the exiting
+//                        worker waits for such a read to end, and stats then makes one futex
+//                        wake.
 //   fn                   runs on the worker; also on callers after stop(), in a fork child, and
 //                        on a caller that races stop(). It must accept distinct items
 //                        concurrently. Calling flush/freeze/stop from fn is refused with
@@ -116,6 +122,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -129,9 +136,12 @@ namespace teardown {
 enum class drain_order { oldest_first, newest_first };
 enum class sched_policy { other, batch, idle };
 
+/// Checked by the constructor before any thread starts: a nice value outside [-20, 19], a
+/// negative CPU, stall_threshold or yield_after, a policy or order that is not one of the enum's
+/// values, or a name holding a NUL byte is refused with std::invalid_argument naming the field.
 struct reaper_options {
   std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
-  int nice = 19;                                     // applied to the worker thread
+  int nice = 19;                                     // applied to the worker thread; [-20, 19]
   std::function<void(std::exception_ptr)> on_error{};  // called on the tearing-down thread when fn throws
   std::vector<int> cpus{};               // affinity preference; empty: the housekeeping CPUs
                                          // (online minus isolated and nohz_full). The thread
@@ -167,6 +177,7 @@ struct reaper_stats {
   bool running = false;               // a worker thread exists
   std::uint64_t stolen = 0;           // items this worker took from its siblings' queues (in a
                                       // reaper_pool; counted in reaped here, in enqueued there)
+  std::uint64_t yields = 0;           // times the worker yielded the CPU (yield_after)
 };
 
 /// What a reaper needs of its queue: llist's add, add_batch, del_all and empty, with their
@@ -303,6 +314,32 @@ inline std::vector<int> housekeeping_cpus() {
   return result;
 }
 
+// The options, unless one of them cannot mean what it says: then std::invalid_argument naming
+// `who` (the class refusing them) and the field (`field` prefixes its name: "worker." in a pool).
+inline reaper_options validated_reaper_options(reaper_options opts, const char* who, const char* field = "") {
+  const auto refuse = [&](const std::string& what) {
+    throw std::invalid_argument(std::string(who) + ": " + field + what);
+  };
+  if (opts.nice < -20 || opts.nice > 19) refuse("nice must be in [-20, 19], got " + std::to_string(opts.nice));
+  for (int cpu : opts.cpus) {
+    if (cpu < 0) refuse("cpus holds " + std::to_string(cpu) + "; a CPU number is never negative");
+  }
+  if (opts.policy != sched_policy::other && opts.policy != sched_policy::batch && opts.policy != sched_policy::idle) {
+    refuse("policy is not a sched_policy value");
+  }
+  if (opts.order != drain_order::oldest_first && opts.order != drain_order::newest_first) {
+    refuse("order is not a drain_order value");
+  }
+  if (opts.stall_threshold.count() < 0) {
+    refuse("stall_threshold is negative (" + std::to_string(opts.stall_threshold.count()) + " ns)");
+  }
+  if (opts.yield_after.count() < 0) {
+    refuse("yield_after is negative (" + std::to_string(opts.yield_after.count()) + " ns); 0 means never");
+  }
+  if (opts.name.find('\0') != std::string::npos) refuse("name holds a NUL byte");
+  return opts;
+}
+
 // Every live reaper, for the pthread_atfork handlers.
 class fork_participant {
  public:
@@ -389,12 +426,14 @@ class reaper final : private detail::fork_participant {
  public:
   using queue_type = Queue;
 
-  /// Starts the worker. Throws std::system_error if the thread cannot be created.
+  /// Starts the worker. Throws std::invalid_argument, starting nothing, for bad options (see
+  /// reaper_options); std::system_error if the thread cannot be created.
   explicit reaper(Fn fn, reaper_options opts = {}) : reaper(std::move(fn), std::move(opts), pool_link{}) {}
 
  private:
   // reaper_pool's constructor: a worker wired to its pool.
-  reaper(Fn fn, reaper_options opts, pool_link link) : fn_(std::move(fn)), opts_(std::move(opts)), link_(link) {
+  reaper(Fn fn, reaper_options opts, pool_link link)
+      : fn_(std::move(fn)), opts_(detail::validated_reaper_options(std::move(opts), "teardown::reaper")), link_(link) {
     {
       const std::lock_guard lock(control_mutex_);
       worker_running_ = true;
@@ -417,11 +456,16 @@ class reaper final : private detail::fork_participant {
   }
 
   /// Lock-free; see the header comment. fn's exceptions on the inline path go to on_error.
-  void enqueue(T& item) noexcept { (void)enqueue_item<false>(item); }
+  /// Aborts, with a message on stderr, for an item that is already queued.
+  void enqueue(T& item) noexcept {
+    abort_if_queued(item, "teardown::reaper::enqueue");
+    (void)enqueue_item<false>(item);
+  }
 
   /// enqueue() for a whole chain at once: one successful CAS (llist::add_batch) and at most one
   /// kick, however long the chain. Lock-free; leaves the chain empty; O(n) to count it. The
   /// chain joins the queue as if its elements were enqueued back to front (llist::add_batch).
+  /// No item in it can be queued already: llist_chain's push refuses such an item.
   void enqueue_chain(llist_chain<T, Hook>&& chain) noexcept {
     if (chain.empty()) return;
     enqueued_.add(chain.size());
@@ -440,6 +484,18 @@ class reaper final : private detail::fork_participant {
   void flush() { (void)flush_until(std::chrono::steady_clock::time_point::max()); }
 
  private:
+  // Linking a queued item again would make a cycle that the worker walks for ever: never
+  // survivable, so an abort in every build. Async-signal-safe (enqueue may run in a handler).
+  static void abort_if_queued(T& item, std::string_view who) noexcept {
+    if ((item.*Hook).on_list()) [[unlikely]] {
+      detail::write_to_stderr(who);
+      detail::write_to_stderr(": the item is already queued (element type ");
+      detail::write_to_stderr(detail::type_name<T>());
+      detail::write_to_stderr("); an item may be enqueued again only once fn has started on it\n");
+      std::abort();
+    }
+  }
+
   // enqueue(). With ReportBacklog (a pool's enqueue), an add that found the queue non-empty
   // returns the time the add that made it non-empty took (0 if unknown); otherwise returns 0.
   template <bool ReportBacklog>
@@ -602,6 +658,7 @@ class reaper final : private detail::fork_participant {
     s.setup_warnings = setup_warnings_.load(std::memory_order_relaxed);
     s.running = (state_.load(std::memory_order_relaxed) & stopped_bit) == 0;
     s.stolen = stolen_.load(std::memory_order_relaxed);
+    s.yields = yields_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -610,18 +667,58 @@ class reaper final : private detail::fork_participant {
   static constexpr std::uint32_t kicked_bit = 2;
   static constexpr std::uint32_t stopped_bit = 4;
 
+  // The worker's CPU clock is readable through its pthread_t only while the thread exists. A
+  // stats() call pins the clock (a count in cpu_clock_pins_) while it reads it; the exiting
+  // worker publishes its final CPU time, closes the clock (clock_closed_bit) and waits until no
+  // pin is left before it returns, so stop() joins it only after every read of its clock ended.
+  // Pins and the close are RMWs on one word: a pin taken before the close is waited for, one
+  // taken after it sees the close and reads the final figure instead.
+  static constexpr std::uint32_t clock_closed_bit = 1u << 31;
+
   // The worker thread's whole CPU time: read from its CPU clock while it runs (no cost on the
   // worker), its own final reading once it has exited, 0 in a fork child that never had one.
+  // Wait-free; the last pin to go after the close makes one futex wake.
   std::uint64_t worker_cpu_ns() const noexcept {
-    // acquire: pairs with the release stores in worker_main.
-    if (!worker_exited_.load(std::memory_order_acquire) && worker_known_.load(std::memory_order_acquire)) {
+    // A closed clock is never pinned again, so readers cannot keep the exiting worker waiting:
+    // each pins at most once after the close. acquire (both): pairs with the release close in
+    // close_cpu_clock(), so a reader that finds the clock closed sees the figure stored there.
+    if (cpu_clock_pins_.load(std::memory_order_acquire) & clock_closed_bit) {
+      return worker_cpu_ns_.load(std::memory_order_relaxed);
+    }
+    const std::uint32_t pins = cpu_clock_pins_.fetch_add(1, std::memory_order_acquire);
+    std::uint64_t live = 0;
+    bool read_live = false;
+    // acquire: pairs with the release store in worker_main, so worker_thread_ is readable.
+    if (!(pins & clock_closed_bit) && worker_known_.load(std::memory_order_acquire)) {
       clockid_t clock{};
       timespec ts{};
       if (pthread_getcpuclockid(worker_thread_, &clock) == 0 && clock_gettime(clock, &ts) == 0) {
-        return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+        live = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+        read_live = true;
       }
     }
-    return worker_cpu_ns_.load(std::memory_order_relaxed);
+    // release: pairs with the acquire load in close_cpu_clock(): our clock read is over before
+    // the worker exits.
+    if (cpu_clock_pins_.fetch_sub(1, std::memory_order_release) == (clock_closed_bit | 1)) {
+      detail::futex_wake_one(cpu_clock_pins_);  // the worker may wait for the last pin
+    }
+    return read_live ? live : worker_cpu_ns_.load(std::memory_order_relaxed);
+  }
+
+  // On the worker, last: see clock_closed_bit. The figure is stored twice: before the close, for
+  // readers that find the clock closed while pins drain, and after, so that the final figure is
+  // at least every live reading (each ended before the drain). Only a reader in between may see
+  // less than an earlier live reading: by the CPU time of a futex wake and a clock read.
+  void close_cpu_clock() noexcept {
+    worker_cpu_ns_.store(detail::thread_cpu_ns(), std::memory_order_relaxed);
+    // release: pairs with the acquire pin in worker_cpu_ns(), publishing the figure above.
+    std::uint32_t pins = cpu_clock_pins_.fetch_or(clock_closed_bit, std::memory_order_release) | clock_closed_bit;
+    while (pins != clock_closed_bit) {
+      detail::futex_wait(cpu_clock_pins_, pins);
+      // acquire: pairs with the release unpin in worker_cpu_ns().
+      pins = cpu_clock_pins_.load(std::memory_order_acquire);
+    }
+    worker_cpu_ns_.store(detail::thread_cpu_ns(), std::memory_order_relaxed);  // stop()'s join publishes it
   }
 
   // ---- the worker -----------------------------------------------------------------------------
@@ -670,9 +767,7 @@ class reaper final : private detail::fork_participant {
     // visible to the drain below); release pairs with enqueue's acquire loads.
     (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
     drain_on_worker();
-    worker_cpu_ns_.store(detail::thread_cpu_ns(), std::memory_order_relaxed);
-    // release: pairs with the acquire in stats(), which then reads the final figure.
-    worker_exited_.store(true, std::memory_order_release);
+    close_cpu_clock();
   }
 
   void apply_setup() noexcept {
@@ -767,6 +862,7 @@ class reaper final : private detail::fork_participant {
       const std::uint64_t now = detail::monotonic_ns();
       if (now - last_yield_ns_ > static_cast<std::uint64_t>(opts_.yield_after.count())) {
         sched_yield();
+        yields_.fetch_add(1, std::memory_order_relaxed);
         last_yield_ns_ = detail::monotonic_ns();
       }
     }
@@ -1073,7 +1169,7 @@ class reaper final : private detail::fork_participant {
   pthread_t worker_{};
   pthread_t worker_thread_{};
   std::atomic<bool> worker_known_{false};
-  std::atomic<bool> worker_exited_{false};
+  mutable std::atomic<std::uint32_t> cpu_clock_pins_{0};  // stats() readers | clock_closed_bit
   std::atomic<std::uint32_t> setup_warnings_{0};
 
   const pool_link link_;
@@ -1104,6 +1200,7 @@ class reaper final : private detail::fork_participant {
   std::atomic<std::uint64_t> longest_wait_ns_{0};
   std::atomic<std::uint64_t> errors_{0};
   std::atomic<std::uint64_t> inline_reaped_{0};
+  std::atomic<std::uint64_t> yields_{0};
 
   // Control plane: guarded by control_mutex_.
   alignas(64) std::mutex control_mutex_;

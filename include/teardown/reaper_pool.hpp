@@ -23,6 +23,7 @@
 //                         safe as fn): the worker is the thread's shard index modulo N, taken
 //                         without a lock or an allocation, and a backlog's kick is an RMW and
 //                         at most a futex wake. Every worker blocks signals as a reaper does.
+//                         An item still queued aborts with a message, as in reaper::enqueue.
 //   flush, flush_for      any thread but a worker; may block. Every item enqueued before the
 //                         call, on any worker, is torn down when it returns (true).
 //   freeze, thaw          any thread but a worker; freeze may block until every worker is parked
@@ -263,7 +264,8 @@ class reaper_pool final : private detail::fork_participant {
   static constexpr std::size_t max_workers = detail::reaper_pool_max_workers;
 
   /// Starts the workers. Throws std::invalid_argument, creating nothing, if opts.workers >
-  /// max_workers, a CPU in opts.worker.cpus is outside [0, CPU_SETSIZE), or steal_after < 0;
+  /// max_workers, a CPU in opts.worker.cpus is outside [0, CPU_SETSIZE), steal_after < 0, or
+  /// opts.worker is refused as a reaper's options are (reaper_options; named "worker.<field>");
   /// std::system_error if a thread cannot be created (the workers made so far are stopped).
   explicit reaper_pool(Fn fn, reaper_pool_options opts = {})
       : opts_(validated(std::move(opts))),
@@ -305,8 +307,10 @@ class reaper_pool final : private detail::fork_participant {
   /// To this thread's worker (see "Placement"). Lock-free; see "Who may call what".
   void enqueue(T& item) noexcept { enqueue_to(this_thread_worker(), item); }
 
-  /// To worker `worker` modulo worker_count(). Lock-free, as enqueue().
+  /// To worker `worker` modulo worker_count(). Lock-free, as enqueue(). Aborts, with a message
+  /// on stderr, for an item that is already queued (reaper::enqueue).
   void enqueue_to(std::size_t worker, T& item) noexcept {
+    worker_type::abort_if_queued(item, "teardown::reaper_pool::enqueue");
     const std::size_t index = worker % count_;
     worker_type& target = *workers_[index];
     if (!stealing_) {
@@ -400,6 +404,7 @@ class reaper_pool final : private detail::fork_participant {
       sum.setup_warnings |= s.setup_warnings;
       sum.running = sum.running || s.running;
       sum.stolen += s.stolen;
+      sum.yields += s.yields;
     }
     sum.pending = sum.enqueued > sum.reaped ? sum.enqueued - sum.reaped : 0;
     return sum;
@@ -435,6 +440,7 @@ class reaper_pool final : private detail::fork_participant {
       }
     }
     if (opts.steal_after.count() < 0) throw std::invalid_argument("teardown::reaper_pool: steal_after is negative");
+    opts.worker = detail::validated_reaper_options(std::move(opts.worker), "teardown::reaper_pool", "worker.");
     return opts;
   }
 

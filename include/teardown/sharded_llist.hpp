@@ -93,6 +93,8 @@
 // consumer wrote, and a kick carries its own ordering to the consumer. empty() is a relaxed snapshot of K heads read one after another, for
 // heuristics and quiescent checks, like llist::empty().
 //
+// Adding twice: as llist's (see llist.hpp). A node's on_list() is true from its add to any
+// shard until the batch from del_all yields it; adding a node still on a shard aborts.
 // Debug checks: those of llist, llist_batch and llist_chain (see llist.hpp). Destroying a
 // sharded_llist that still holds nodes aborts with llist's message, from the shard that has them.
 #pragma once

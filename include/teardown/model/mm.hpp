@@ -819,10 +819,12 @@ class basic_mm_system {
     swap_min_exiting_.store(validated_swap_min_exiting(exits), std::memory_order_relaxed);
   }
   /// Where swap batches come from from now on (each batch is freed by the allocator that made
-  /// it). The allocator must outlive the mm_system. Wait-free.
+  /// it). The allocator must outlive the mm_system: only its address is kept, so a temporary
+  /// is refused at compile time. Wait-free.
   void set_swap_batch_allocator(const swap_batch_allocator& allocator) noexcept {
     swap_allocator_.store(&allocator, std::memory_order_relaxed);
   }
+  void set_swap_batch_allocator(const swap_batch_allocator&&) = delete;
 
   /// Writes a knob as sysctl would: `set("vm.async_mm_teardown", "1")`. The value is a decimal
   /// number (one trailing newline allowed, as `echo` writes it); the toggle takes 0 or 1;
