@@ -818,7 +818,7 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
     if (left <= std::chrono::nanoseconds::zero()) break;
     const auto slice = std::chrono::duration_cast<std::chrono::nanoseconds>(
         left < std::chrono::seconds(1) ? left : std::chrono::nanoseconds(std::chrono::seconds(1)));
-    timespec timeout{static_cast<time_t>(slice.count() / 1'000'000'000), static_cast<long>(slice.count() % 1'000'000'000)};
+    timespec timeout{slice.count() / 1'000'000'000, slice.count() % 1'000'000'000};  // rep is long, as time_t and tv_nsec
     (void)syscall(SYS_futex, &s.args.word, FUTEX_WAIT, word_starting, &timeout, nullptr, 0);
     word = load_word(s.args.word);
   }
