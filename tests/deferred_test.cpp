@@ -392,9 +392,12 @@ TEST_F(DeferredTest, ExplicitDomainsKeepTheirOwnQueueAndStats) {
   EXPECT_EQ(other.stats().queued, 1u);
 }
 
-// At exit the default domain is shut down: what was queued is destroyed on the reaper, a static
-// destroyed before the shutdown is queued and destroyed by it, and one destroyed after it is
-// destroyed inline. Runs in a child (a death test that exits with 0).
+// At exit the default domain is shut down before any static is destroyed (the main thread's
+// sentinel): what was queued is destroyed on the reaper, and every static destroyed afterwards,
+// whether constructed before or after the domain, is destroyed inline. (Before the sentinel,
+// "late", constructed after the domain, was queued behind the closer and destroyed on the
+// reaper.) Runs in a child (a death test that exits with 0). deferred_exit_test.cpp has the
+// other exit scenarios.
 struct announced {
   const char* label;
   ~announced() {
@@ -404,9 +407,9 @@ struct announced {
 };
 
 [[noreturn]] void exit_with_deferred_objects_alive() {
-  static deferred_ptr<announced> early;  // constructed before the default domain: destroyed after its shutdown
+  static deferred_ptr<announced> early;  // constructed before the default domain
   teardown::deferred::default_domain().freeze();  // first use: everything queued waits for exit
-  static deferred_ptr<announced> late;   // constructed after it: destroyed (queued) before
+  static deferred_ptr<announced> late;   // constructed after it
   early.reset(new announced{"early"});
   late.reset(new announced{"late"});
   teardown::deferred_delete(new announced{"queued"});
@@ -416,7 +419,7 @@ struct announced {
 TEST_F(DeferredTest, DefaultDomainIsShutDownAtExitAndDeletionsAfterThatAreInline) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: the domain is first used in it
   EXPECT_EXIT(exit_with_deferred_objects_alive(), ::testing::ExitedWithCode(0),
-              "queued on the reaper.*late on the reaper.*early on the caller");
+              "queued on the reaper.*late on the caller.*early on the caller");
 }
 
 // --- Explicit domains: budget, allocation failure, toggle, shutdown, drain ------------------------

@@ -109,9 +109,11 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <concepts>
@@ -312,6 +314,10 @@ inline std::uint64_t memory_bytes() noexcept {
 
 // ---- the domain -----------------------------------------------------------------------------
 
+namespace detail {
+struct default_domain_exit;
+}  // namespace detail
+
 /// A snapshot of a domain's counters. queued + freed_inline = deletions and unmaps handed in
 /// (null pointers aside); small, rejected and no_memory are subsets of freed_inline. Once
 /// flush() returns with nothing being handed in, reaped == queued and pending_bytes == 0.
@@ -354,9 +360,19 @@ class deferred_domain {
   /// std::system_error if the thread cannot start.
   explicit deferred_domain(async_teardown_options opts = default_options()) : async_(std::move(opts)) {}
 
-  /// Frees everything still queued (the reaper drains it), then joins the reaper. May block.
-  /// Every deleter naming this domain must be gone (or never used again) by then.
-  ~deferred_domain() = default;
+  /// Frees everything still queued (the reaper drains it), then joins the reaper. May block,
+  /// without limit (shutdown_for first bounds the wait). Every deleter naming this domain must
+  /// be gone (or never used again) by then. Destroying the domain from a destructor it runs
+  /// (on its reaper, or inside its drain) aborts with a message: that destructor's caller would
+  /// go on using the freed domain.
+  ~deferred_domain() {
+    if (async_.in_own_callback()) {
+      detail::fatal_misuse(
+          "teardown::deferred_domain::~deferred_domain: the domain is destroyed from a destructor (or munmap) it "
+          "runs itself, on its reaper or inside its drain; the reaper would go on using the freed domain. "
+          "Destroy it from another thread.\n");
+    }
+  }
 
   deferred_domain(const deferred_domain&) = delete;
   deferred_domain& operator=(const deferred_domain&) = delete;
@@ -419,8 +435,17 @@ class deferred_domain {
   /// Undoes one freeze(); throws std::logic_error, changing nothing, without one.
   void thaw() { async_.thaw(); }
   /// Frees everything queued and joins the reaper; afterwards every deletion is inline.
-  /// Idempotent. May block.
+  /// Idempotent. May block, without limit.
   void shutdown() { async_.shutdown(); }
+  /// shutdown() that waits at most `timeout`: true iff everything queued was freed and the
+  /// reaper joined in time. Either way every deletion is inline from now on. False leaves the
+  /// rest queued and counted (stats().pending_bytes, queued - reaped), the reaper still freeing
+  /// it; a later shutdown, shutdown_for, flush or the destructor waits for it again. Nothing is
+  /// lost or freed twice.
+  template <class Rep, class Period>
+  bool shutdown_for(std::chrono::duration<Rep, Period> timeout) {
+    return async_.shutdown_for(timeout);
+  }
 
   /// Off: everything is deleted inline (no node, no queue).
   bool enabled() const noexcept { return async_.enabled(); }
@@ -459,7 +484,25 @@ class deferred_domain {
   reaper_stats reaper_statistics() const noexcept { return async_.reaper_statistics(); }
 
  private:
+  friend struct detail::default_domain_exit;
+
   using queue_type = async_teardown<detail::deferred_node, &detail::deferred_node::hook, detail::deferred_traits>;
+
+  // The default domain's shutdown at exit (see "The default domain"). exit() called from a
+  // destructor on the reaper: the rest of its batch and the queue are freed on it, here. Anywhere
+  // else: shutdown, bounded by `limit` (nanoseconds::max(): none). Inside this domain's drain
+  // the shutdown is refused (it would wait for itself) and nothing changes.
+  void shutdown_at_exit(std::chrono::nanoseconds limit) noexcept {
+    if (async_.shut_down_on_own_worker()) return;
+    try {
+      if (limit == std::chrono::nanoseconds::max()) {
+        async_.shutdown();
+      } else {
+        (void)async_.shutdown_for(limit);
+      }
+    } catch (...) {  // refused: exit() called inside drain()
+    }
+  }
 
   // The cost is known: inline below the threshold; otherwise a node, and put() decides.
   decision hand_over(detail::free_function free_payload, void* payload, std::size_t length, std::uint64_t bytes) {
@@ -500,31 +543,82 @@ class deferred_domain {
 
 namespace detail {
 
-// Shuts the default domain down at exit (see the header comment); the domain itself is never
-// destroyed.
-struct default_domain_closer {
-  deferred_domain* domain;
-  ~default_domain_closer() {
-    try {
-      domain->shutdown();
-    } catch (...) {  // exit() called from the reaper itself: it cannot join itself; leave it
-    }
+// The exit-time shutdown's limit, in nanoseconds; the largest value means none.
+inline std::atomic<std::int64_t> default_domain_exit_timeout_ns{std::numeric_limits<std::int64_t>::max()};
+
+// Shuts the default domain down at exit, once: from the main thread's sentinel, before any
+// static is destroyed, or else from the closer, at its place among the statics. The domain
+// itself is never destroyed.
+struct default_domain_exit {
+  static void shut_down(deferred_domain& domain) noexcept {
+    static std::atomic<bool> done{false};  // trivially destructible: usable during static destruction
+    if (done.exchange(true, std::memory_order_relaxed)) return;
+    domain.shutdown_at_exit(std::chrono::nanoseconds(default_domain_exit_timeout_ns.load(std::memory_order_relaxed)));
   }
 };
+
+// A function-local static constructed right after the default domain: the fallback for an exit
+// whose thread has no sentinel.
+struct default_domain_closer {
+  deferred_domain* domain;
+  ~default_domain_closer() { default_domain_exit::shut_down(*domain); }
+};
+
+// Armed on the main thread only: [basic.start.term] destroys the thread_local objects of the
+// thread that returns from main or calls exit() before any object with static storage duration,
+// so this destructor runs before every static destructor, whenever the static was constructed.
+struct main_thread_exit_sentinel {
+  deferred_domain* domain;
+  ~main_thread_exit_sentinel() { default_domain_exit::shut_down(*domain); }
+};
+
+// Whether this thread has been considered for the sentinel: a trivially destructible flag, so
+// that threads that are not main pay nothing at their exit.
+inline thread_local bool exit_sentinel_considered = false;
+
+// The first use of the default domain on each thread: the main thread (tid == pid) arms its
+// sentinel. Allocates once on that thread (the thread_local destructor's registration).
+inline void consider_exit_sentinel(deferred_domain& domain) noexcept {
+  exit_sentinel_considered = true;
+#if defined(__linux__)
+  if (static_cast<pid_t>(syscall(SYS_gettid)) != getpid()) return;
+  thread_local main_thread_exit_sentinel sentinel{&domain};
+  (void)sentinel;
+#else
+  (void)domain;
+#endif
+}
 
 }  // namespace detail
 
 namespace deferred {
 
 /// The process-wide domain, created with deferred_domain::default_options() on first use from
-/// any thread; shut down at exit, never destroyed (see the header comment).
+/// any thread; shut down at exit, never destroyed (see the header comment). The first call on
+/// the main thread arms the shutdown that runs before static destruction.
 inline deferred_domain& default_domain() {
   static deferred_domain* const domain = [] {
     auto* created = new deferred_domain();
     static const detail::default_domain_closer closer{created};  // registered after the domain
     return created;
   }();
+  if (!detail::exit_sentinel_considered) [[unlikely]] detail::consider_exit_sentinel(*domain);
   return *domain;
+}
+
+/// Bounds the default domain's shutdown at exit: after `limit`, exit() proceeds, and what the
+/// reaper has not freed yet is left to the operating system (still counted in stats() as queued
+/// and not reaped; the reaper goes on freeing while the statics are destroyed, until the process
+/// ends). std::chrono::nanoseconds::max(), the default, means no limit. Throws
+/// std::invalid_argument, changing nothing, for a negative limit. Any thread, any time; wait-free.
+inline void set_exit_timeout(std::chrono::nanoseconds limit) {
+  if (limit.count() < 0) throw std::invalid_argument("teardown::deferred::set_exit_timeout: the limit is negative");
+  detail::default_domain_exit_timeout_ns.store(limit.count(), std::memory_order_relaxed);
+}
+
+/// The limit set_exit_timeout set; nanoseconds::max() for none.
+inline std::chrono::nanoseconds exit_timeout() noexcept {
+  return std::chrono::nanoseconds(detail::default_domain_exit_timeout_ns.load(std::memory_order_relaxed));
 }
 
 /// default_domain().flush(): blocks until everything handed to it before the call is freed.
