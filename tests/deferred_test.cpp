@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <list>
 #include <map>
 #include <memory>
@@ -875,6 +876,102 @@ TEST_F(DeferredStressTest, ManyThreadsUnmapEachMappingExactlyOnce) {
   EXPECT_EQ(stats.reaped, stats.queued);
   EXPECT_EQ(stats.errors, 0u);
   EXPECT_EQ(stats.pending_bytes, 0u);
+}
+
+// --- shutdown_for, the exit timeout, and destroying a domain from its own destructor ----------
+
+// An object whose destructor blocks until the test releases it.
+struct blocking {
+  std::atomic<bool>* started;
+  std::atomic<bool>* release;
+  destruction_log* log;
+  ~blocking() {
+    started->store(true);
+    while (!release->load()) std::this_thread::yield();
+    log->record();
+  }
+  friend std::uint64_t teardown_cost(const blocking&) { return mib; }
+};
+
+TEST_F(DeferredTest, ShutdownForReturnsFalseWhileADestructorBlocksThenAShutdownFinishesTheRest) {
+  deferred_domain domain(test_options());
+  std::atomic<bool> started{false};
+  std::atomic<bool> release{false};
+  destruction_log blocker_log;
+  std::vector<destruction_log> logs(4);
+  domain.freeze();
+  EXPECT_EQ(domain.delete_object(new blocking{&started, &release, &blocker_log}), decision::queued);
+  for (destruction_log& log : logs) EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::queued);
+  domain.thaw();
+  while (!started.load()) std::this_thread::yield();
+  EXPECT_FALSE(domain.shutdown_for(std::chrono::milliseconds(20)));
+  teardown::deferred_stats s = domain.stats();
+  EXPECT_EQ(s.queued - s.reaped, 5u) << "the blocked object and the four behind it are still counted";
+  EXPECT_EQ(s.pending_bytes, 5 * mib);
+  destruction_log after;
+  EXPECT_EQ(domain.delete_object(new tracked{&after, mib}), decision::sync_stopped);
+  EXPECT_EQ(after.count(), 1);
+  release.store(true);
+  domain.shutdown();
+  EXPECT_EQ(blocker_log.count(), 1);
+  for (destruction_log& log : logs) EXPECT_EQ(log.count(), 1);
+  s = domain.stats();
+  EXPECT_EQ(s.queued, s.reaped);
+  EXPECT_EQ(s.pending_bytes, 0u);
+}
+
+TEST_F(DeferredTest, ShutdownForWithNothingBlockingReturnsTrue) {
+  deferred_domain domain(test_options());
+  destruction_log log;
+  domain.freeze();
+  domain.delete_object(new tracked{&log, mib});
+  EXPECT_TRUE(domain.shutdown_for(std::chrono::seconds(30)));  // a liveness bound
+  EXPECT_EQ(log.count(), 1);
+}
+
+TEST_F(DeferredTest, ExitTimeoutIsUnlimitedByDefaultAndRefusesANegativeLimit) {
+  EXPECT_EQ(teardown::deferred::exit_timeout(), std::chrono::nanoseconds::max());
+  EXPECT_THROW(teardown::deferred::set_exit_timeout(std::chrono::milliseconds(-1)), std::invalid_argument);
+  EXPECT_EQ(teardown::deferred::exit_timeout(), std::chrono::nanoseconds::max()) << "nothing changed";
+  teardown::deferred::set_exit_timeout(std::chrono::seconds(2));
+  EXPECT_EQ(teardown::deferred::exit_timeout(), std::chrono::seconds(2));
+  teardown::deferred::set_exit_timeout(std::chrono::nanoseconds::max());
+}
+
+// A destructor that destroys the domain running it.
+struct domain_destroyer {
+  deferred_domain* domain;
+  ~domain_destroyer() { delete domain; }
+  friend std::uint64_t teardown_cost(const domain_destroyer&) { return mib; }
+};
+
+[[noreturn]] void wait_for_the_abort() {
+  for (int i = 0; i < 10'000; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::_Exit(0);  // no abort: the death test reports "did not die"
+}
+
+TEST_F(DeferredTest, DestroyingTheDomainFromADestructorOnItsReaperAbortsWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto* domain = new deferred_domain(test_options());
+        domain->delete_object(new domain_destroyer{domain});
+        wait_for_the_abort();
+      },
+      "teardown::deferred_domain::~deferred_domain: the domain is destroyed from a destructor");
+}
+
+TEST_F(DeferredTest, DestroyingTheDomainFromADestructorInsideItsDrainAbortsWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto* domain = new deferred_domain(test_options());
+        domain->freeze();
+        domain->delete_object(new domain_destroyer{domain});
+        (void)domain->drain(std::numeric_limits<std::uint64_t>::max());
+        wait_for_the_abort();
+      },
+      "teardown::deferred_domain::~deferred_domain: the domain is destroyed from a destructor");
 }
 
 }  // namespace
