@@ -34,9 +34,13 @@
 //   async_munmap, deferred_domain::unmap
 //                       the same, but may throw: std::invalid_argument for bad input (nothing
 //                       changes), std::system_error if an inline munmap fails.
-//   flush, flush_for, drain, freeze, thaw, shutdown
+//   flush, flush_for, drain, freeze, thaw, shutdown, shutdown_for
 //                       any thread but the domain's reaper (a destructor running there is
 //                       refused with std::logic_error: it would wait for itself); may block.
+//                       shutdown (and the destructor) wait without limit; shutdown_for gives up
+//                       after a timeout, leaving the rest to the still-running reaper.
+//   ~deferred_domain    any thread but the domain's own reaper and its drain (a destructor it
+//                       runs that destroys the domain aborts with a message).
 //   stats, enabled, threshold, max_pending, set_threshold
 //                       any thread; wait-free.
 //   enable, disable, set_enabled, set_max_pending
@@ -46,7 +50,10 @@
 //                       below). The first call creates the domain (thread-safe, blocking; it
 //                       throws std::system_error if the reaper cannot start, and the deleters,
 //                       deferred_delete and async_munmap then free inline); later calls are
-//                       wait-free.
+//                       wait-free, but for each thread's first, which reads its thread id (and
+//                       on the main thread allocates once, to arm the exit sentinel).
+//   deferred::set_exit_timeout, deferred::exit_timeout
+//                       any thread, any time; wait-free.
 //
 // What an object costs (the bytes its destruction frees: compared with the threshold and
 // charged to the budget), first match wins:
@@ -80,19 +87,38 @@
 //
 // The default domain (deferred::default_domain(): what deferred_deleter<T>{}, deferred_delete
 // and async_munmap use) is created on first use and never destroyed, so no deleter can ever
-// reach a dead domain. Instead, a function-local static constructed right after it shuts it
-// down at exit: its destructor, run by exit() in reverse order of construction like every
-// static's, destroys everything still queued (on the reaper, oldest first) and joins the
-// reaper. A deletion after that — a static destroyed later, a thread still running — is done
-// inline on the caller. So static destruction is safe in any order: an object deleted before
-// the shutdown is queued and destroyed by it, one deleted after is destroyed inline; none is
-// lost or destroyed twice. Two consequences: queued destructors may still run on the reaper
-// while exit() destroys statics constructed after the default domain (the rule for any thread
-// running at exit), and quick_exit, _exit and abort run no destructors, so what is queued then
-// is left to the operating system. A program with hidden symbol visibility has one default
-// domain per shared object. Its first use must not come from a destructor running on another
-// domain's reaper (a reaper's fn must not construct a reaper: reaper.hpp); a program whose
-// queued destructors delete through the default domain calls deferred::default_domain() early.
+// reach a dead domain. It is shut down once at exit (everything queued is destroyed, the reaper
+// joined; every deletion after that is inline on its caller, so none is lost or destroyed
+// twice), by the first of:
+//   - the main thread's sentinel: a thread_local armed by the first default_domain() call on
+//     the main thread (the one that creates the domain, or the first deletion there). When main
+//     returns or calls exit(), [basic.start.term] destroys that thread's thread_locals before any
+//     static, so everything queued is destroyed while every static is still alive, and statics
+//     destroyed afterwards are deleted inline, in the order the program destroys them.
+//   - exit() called from a destructor running on the reaper: the closer (below) then runs on
+//     the reaper itself, at its place among the statics; it frees the rest of the reaper's batch
+//     and the queue right there, and deletions from then on are inline. The object whose
+//     destructor called exit() is not destroyed again (exit() does not return to it).
+//   - the closer, a function-local static constructed right after the domain: the fallback, at
+//     its own place in static destruction (reverse order of construction).
+// Where it stops: exit() from any thread but main (the reaper's included), and a main thread
+// that never called default_domain() before exit, reach only the closer: statics constructed
+// after the domain are destroyed before it, while the reaper may still be destroying objects
+// that use them (call default_domain() early in main, or shut the domain down before such an
+// exit). No sentinel is armed on other threads: at their ordinary exit it could not tell a
+// thread's end from the process's, and would cost every thread a destructor.
+// pthread_exit() from main runs the sentinel too: the domain is shut down then, and deletions are
+// inline for the rest of the process. quick_exit, _exit, abort and a fatal signal run no
+// destructors: what is queued then is left to the operating system (flush() first). exit()
+// called by a destructor that drain() runs is not handled: the domain is not shut down (that
+// would wait for the drain) and the rest of that drain's batch is left to the operating system.
+// The shutdown waits without limit; deferred::set_exit_timeout(d)
+// bounds it: after d, exit proceeds, what is left stays counted (stats(): queued - reaped) and
+// is left to the operating system, with the reaper still destroying objects while the statics
+// go. A program with hidden symbol visibility has one default domain per shared object. Its
+// first use must not come from a destructor running on another domain's reaper (a reaper's fn
+// must not construct a reaper: reaper.hpp); a program whose queued destructors delete through
+// the default domain calls deferred::default_domain() early.
 //
 // fork(): the reaper handles it (reaper.hpp). In the child, deletions run inline, and what the
 // parent had queued is destroyed in the child by its next deletion, flush or exit: once in each
