@@ -514,8 +514,9 @@ class reaper final : private detail::fork_participant {
   /// stopping: the worker goes on with what is left (counted in stats().pending), finishing its
   /// batch and then draining the queue, and enqueue goes on as during a stop() — it queues
   /// until the worker begins its final drain (which takes the item) and tears down inline
-  /// after. A later stop, stop_for, flush or the destructor waits for the worker again and
-  /// joins it; flush_for returns false while it runs. Nothing is lost or torn down twice.
+  /// after. A later stop, stop_for or the destructor waits for the worker again and joins it;
+  /// flush waits for it too (flush_for gives up while it runs). Nothing is lost or torn down
+  /// twice.
   /// Refused (std::logic_error) on the worker itself.
   template <class Rep, class Period>
   bool stop_for(std::chrono::duration<Rep, Period> timeout) {
