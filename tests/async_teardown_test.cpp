@@ -1770,5 +1770,91 @@ TEST_F(AsyncTeardownTest, InvalidOptionsAreRefusedNamingTheFieldBeforeAnyThreadS
   EXPECT_EQ(live_task_count(), threads_before) << "no worker was started";
 }
 
+// --- shutdown_for: shutdown with a deadline -----------------------------------------------------
+
+TEST_F(AsyncTeardownTest, ShutdownForWithNothingBlockingTearsDownEverythingAndReturnsTrue) {
+  auto items = make_items({10, 20, 30});
+  item_async async({}, traits());
+  async.freeze();
+  for (item& i : items) EXPECT_EQ(async.put(i), decision::queued);
+  EXPECT_TRUE(async.shutdown_for(30s));  // a liveness bound, not a time assertion
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
+  EXPECT_EQ(async.stats().pending, 0u);
+  EXPECT_FALSE(async.reaper_statistics().running);
+}
+
+// destroy blocks: shutdown_for gives up, what is left stays queued and charged, puts are inline
+// from then on, and a later shutdown finishes the rest, each item once.
+TEST_F(AsyncTeardownTest, ShutdownForReturnsFalseWhileDestroyBlocksAndLeavesTheRestCounted) {
+  auto items = make_items({10, 20, 30, 40});
+  std::atomic<bool> started{false};
+  std::atomic<bool> release{false};
+  items[0].on_destroy = [&](item&) {
+    started.store(true);
+    while (!release.load()) std::this_thread::yield();
+  };
+  item_async async({}, traits());
+  async.freeze();
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(async.put(items[i]), decision::queued);
+  async.thaw();
+  ASSERT_TRUE(eventually([&] { return started.load(); }));
+  EXPECT_FALSE(async.shutdown_for(20ms));
+  EXPECT_EQ(async.stats().pending, 60u) << "the charges of the three items: none released yet";
+  EXPECT_EQ(async.reaper_statistics().pending, 3u);
+  EXPECT_EQ(async.put(items[3]), decision::sync_stopped);
+  EXPECT_EQ(items[3].destroyed.load(), 1);
+  EXPECT_EQ(items[3].destroyed_on, std::this_thread::get_id());
+  release.store(true);
+  async.shutdown();
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
+  EXPECT_EQ(async.stats().pending, 0u);
+  EXPECT_EQ(async.stats().reaped, 3u);
+}
+
+TEST_F(AsyncTeardownTest, ShutdownForOnACompiledOutCompositionReturnsTrue) {
+  compiled_out_async async({}, traits());
+  EXPECT_TRUE(async.shutdown_for(0s));
+}
+
+// --- Destroying the composition from its own callback: a clear abort -------------------------
+
+[[noreturn]] void wait_for_the_abort() {
+  for (int i = 0; i < 10'000; ++i) std::this_thread::sleep_for(1ms);
+  std::_Exit(0);  // no abort: the death test reports "did not die"
+}
+
+class AsyncTeardownDeathTest : public AsyncTeardownTest {
+ protected:
+  AsyncTeardownDeathTest() { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(AsyncTeardownDeathTest, DestroyingTheCompositionFromDestroyOnItsWorkerAbortsWithAMessage) {
+  EXPECT_DEATH(
+      {
+        static auto items = make_items({10});
+        item_async* async = nullptr;
+        items[0].on_destroy = [&async](item&) { delete async; };
+        async = new item_async({}, traits());
+        (void)async->put(items[0]);
+        wait_for_the_abort();
+      },
+      "teardown::async_teardown::~async_teardown: destroyed from its own callback");
+}
+
+TEST_F(AsyncTeardownDeathTest, DestroyingTheCompositionFromDestroyInsideDrainAbortsWithAMessage) {
+  EXPECT_DEATH(
+      {
+        static auto items = make_items({10});
+        item_async* async = nullptr;
+        items[0].on_destroy = [&async](item&) { delete async; };
+        async = new item_async({}, traits());
+        async->freeze();
+        (void)async->put(items[0]);
+        (void)async->drain(100);
+        wait_for_the_abort();
+      },
+      "teardown::async_teardown::~async_teardown: destroyed from its own callback");
+}
+
 }  // namespace
 }  // namespace teardown_test

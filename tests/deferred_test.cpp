@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <list>
 #include <map>
 #include <memory>
@@ -392,9 +393,12 @@ TEST_F(DeferredTest, ExplicitDomainsKeepTheirOwnQueueAndStats) {
   EXPECT_EQ(other.stats().queued, 1u);
 }
 
-// At exit the default domain is shut down: what was queued is destroyed on the reaper, a static
-// destroyed before the shutdown is queued and destroyed by it, and one destroyed after it is
-// destroyed inline. Runs in a child (a death test that exits with 0).
+// At exit the default domain is shut down before any static is destroyed (the main thread's
+// sentinel): what was queued is destroyed on the reaper, and every static destroyed afterwards,
+// whether constructed before or after the domain, is destroyed inline. (Before the sentinel,
+// "late", constructed after the domain, was queued behind the closer and destroyed on the
+// reaper.) Runs in a child (a death test that exits with 0). deferred_exit_test.cpp has the
+// other exit scenarios.
 struct announced {
   const char* label;
   ~announced() {
@@ -404,9 +408,9 @@ struct announced {
 };
 
 [[noreturn]] void exit_with_deferred_objects_alive() {
-  static deferred_ptr<announced> early;  // constructed before the default domain: destroyed after its shutdown
+  static deferred_ptr<announced> early;  // constructed before the default domain
   teardown::deferred::default_domain().freeze();  // first use: everything queued waits for exit
-  static deferred_ptr<announced> late;   // constructed after it: destroyed (queued) before
+  static deferred_ptr<announced> late;   // constructed after it
   early.reset(new announced{"early"});
   late.reset(new announced{"late"});
   teardown::deferred_delete(new announced{"queued"});
@@ -416,7 +420,7 @@ struct announced {
 TEST_F(DeferredTest, DefaultDomainIsShutDownAtExitAndDeletionsAfterThatAreInline) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: the domain is first used in it
   EXPECT_EXIT(exit_with_deferred_objects_alive(), ::testing::ExitedWithCode(0),
-              "queued on the reaper.*late on the reaper.*early on the caller");
+              "queued on the reaper.*late on the caller.*early on the caller");
 }
 
 // --- Explicit domains: budget, allocation failure, toggle, shutdown, drain ------------------------
@@ -967,6 +971,102 @@ TEST_F(DeferredTest, SetMaxPendingOnADefaultOptionsDomainSetsTheSharedCap) {
   EXPECT_EQ(second.max_pending(), before / 2);
   EXPECT_EQ(teardown::deferred::default_domain().max_pending(), before / 2);
   EXPECT_EQ(deferred_domain::default_budget()->cap(), before / 2);
+}
+
+// --- shutdown_for, the exit timeout, and destroying a domain from its own destructor ----------
+
+// An object whose destructor blocks until the test releases it.
+struct blocking {
+  std::atomic<bool>* started;
+  std::atomic<bool>* release;
+  destruction_log* log;
+  ~blocking() {
+    started->store(true);
+    while (!release->load()) std::this_thread::yield();
+    log->record();
+  }
+  friend std::uint64_t teardown_cost(const blocking&) { return mib; }
+};
+
+TEST_F(DeferredTest, ShutdownForReturnsFalseWhileADestructorBlocksThenAShutdownFinishesTheRest) {
+  deferred_domain domain(test_options());
+  std::atomic<bool> started{false};
+  std::atomic<bool> release{false};
+  destruction_log blocker_log;
+  std::vector<destruction_log> logs(4);
+  domain.freeze();
+  EXPECT_EQ(domain.delete_object(new blocking{&started, &release, &blocker_log}), decision::queued);
+  for (destruction_log& log : logs) EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::queued);
+  domain.thaw();
+  while (!started.load()) std::this_thread::yield();
+  EXPECT_FALSE(domain.shutdown_for(std::chrono::milliseconds(20)));
+  teardown::deferred_stats s = domain.stats();
+  EXPECT_EQ(s.queued - s.reaped, 5u) << "the blocked object and the four behind it are still counted";
+  EXPECT_EQ(s.pending_bytes, 5 * mib);
+  destruction_log after;
+  EXPECT_EQ(domain.delete_object(new tracked{&after, mib}), decision::sync_stopped);
+  EXPECT_EQ(after.count(), 1);
+  release.store(true);
+  domain.shutdown();
+  EXPECT_EQ(blocker_log.count(), 1);
+  for (destruction_log& log : logs) EXPECT_EQ(log.count(), 1);
+  s = domain.stats();
+  EXPECT_EQ(s.queued, s.reaped);
+  EXPECT_EQ(s.pending_bytes, 0u);
+}
+
+TEST_F(DeferredTest, ShutdownForWithNothingBlockingReturnsTrue) {
+  deferred_domain domain(test_options());
+  destruction_log log;
+  domain.freeze();
+  domain.delete_object(new tracked{&log, mib});
+  EXPECT_TRUE(domain.shutdown_for(std::chrono::seconds(30)));  // a liveness bound
+  EXPECT_EQ(log.count(), 1);
+}
+
+TEST_F(DeferredTest, ExitTimeoutIsUnlimitedByDefaultAndRefusesANegativeLimit) {
+  EXPECT_EQ(teardown::deferred::exit_timeout(), std::chrono::nanoseconds::max());
+  EXPECT_THROW(teardown::deferred::set_exit_timeout(std::chrono::milliseconds(-1)), std::invalid_argument);
+  EXPECT_EQ(teardown::deferred::exit_timeout(), std::chrono::nanoseconds::max()) << "nothing changed";
+  teardown::deferred::set_exit_timeout(std::chrono::seconds(2));
+  EXPECT_EQ(teardown::deferred::exit_timeout(), std::chrono::seconds(2));
+  teardown::deferred::set_exit_timeout(std::chrono::nanoseconds::max());
+}
+
+// A destructor that destroys the domain running it.
+struct domain_destroyer {
+  deferred_domain* domain;
+  ~domain_destroyer() { delete domain; }
+  friend std::uint64_t teardown_cost(const domain_destroyer&) { return mib; }
+};
+
+[[noreturn]] void wait_for_the_abort() {
+  for (int i = 0; i < 10'000; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::_Exit(0);  // no abort: the death test reports "did not die"
+}
+
+TEST_F(DeferredTest, DestroyingTheDomainFromADestructorOnItsReaperAbortsWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto* domain = new deferred_domain(test_options());
+        domain->delete_object(new domain_destroyer{domain});
+        wait_for_the_abort();
+      },
+      "teardown::deferred_domain::~deferred_domain: the domain is destroyed from a destructor");
+}
+
+TEST_F(DeferredTest, DestroyingTheDomainFromADestructorInsideItsDrainAbortsWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto* domain = new deferred_domain(test_options());
+        domain->freeze();
+        domain->delete_object(new domain_destroyer{domain});
+        (void)domain->drain(std::numeric_limits<std::uint64_t>::max());
+        wait_for_the_abort();
+      },
+      "teardown::deferred_domain::~deferred_domain: the domain is destroyed from a destructor");
 }
 
 }  // namespace

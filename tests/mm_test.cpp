@@ -345,6 +345,21 @@ TEST_F(MmputExitTest, ExitAfterShutdownIsStopped) {
   EXPECT_EQ(v.pending_pages, 0u);
 }
 
+TEST_F(MmputExitTest, ShutdownForTearsDownTheFrozenBacklogAndLaterExitsAreStopped) {
+  mm_system kernel(async_on());
+  mm_struct* queued = kernel.mm_alloc(large);
+  mm_struct* later = kernel.mm_alloc(large);
+  grabbed held_queued(queued);  // mm_count keeps the structs readable after their teardown
+  grabbed held(later);
+  kernel.freeze();
+  EXPECT_EQ(kernel.mmput_exit(*queued), decision::queued);
+  EXPECT_TRUE(kernel.shutdown_for(std::chrono::seconds(30)));  // a liveness bound
+  EXPECT_EQ(teardowns_of(*queued), 1u);
+  EXPECT_EQ(kernel.vmstat().pending_pages, 0u);
+  EXPECT_EQ(kernel.mmput_exit(*later), decision::sync_stopped);
+  EXPECT_EQ(teardowns_of(*later), 1u);
+}
+
 TEST_F(MmputExitTest, QueuedMmIsTornDownOnceByTheReaperAndItsChargeReleased) {
   mm_system kernel(async_on());
   mm_struct* mm = kernel.mm_alloc(large);

@@ -982,6 +982,125 @@ TEST_F(ReaperPoolTest, ForkWhileOtherThreadsFlushStealAndFreezeLeavesAUsableChil
   expect_balanced(pool, jobs.size());
 }
 
+// --- stop_for: shutdown with a deadline ---------------------------------------------------------
+
+TEST_F(ReaperPoolTest, StopForWithNothingBlockingDrainsEveryWorkerAndReturnsTrue) {
+  auto jobs = make_jobs(300);
+  job_pool pool(counting(), pool_options(3));
+  pool.freeze();
+  for (job& j : jobs) pool.enqueue_to(j.id, j);
+  EXPECT_TRUE(pool.stop_for(30s));  // a liveness bound, not a time assertion
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  EXPECT_FALSE(pool.stats().running);
+  EXPECT_EQ(pool.stats().pending, 0u);
+}
+
+// Worker 0 is stuck in a teardown: stop_for gives up, worker 1 still drains and ends, the rest
+// stays counted, and a later stop finishes it, each item once.
+TEST_F(ReaperPoolTest, StopForReturnsFalseWhileOneWorkerBlocksAndTheRestIsFinishedLater) {
+  auto stuck = make_jobs(10);  // worker 0; item 0 blocks
+  auto free_running = make_jobs(50);
+  for (job& j : free_running) j.id += 1000;  // never the blocking id
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_pool pool(first_item_blocks(release, started), pool_options(2, /*steal=*/false));
+  pool.freeze();
+  for (job& j : stuck) pool.enqueue_to(0, j);
+  for (job& j : free_running) pool.enqueue_to(1, j);
+  pool.thaw();
+  wait_until(started);
+  EXPECT_FALSE(pool.stop_for(20ms));
+  while (pool.worker_stats(1).running) std::this_thread::yield();  // the other worker ends on its own
+  EXPECT_EQ(ran_exactly_once(free_running), free_running.size());
+  EXPECT_EQ(total_runs(stuck), 0);
+  EXPECT_EQ(pool.stats().pending, stuck.size());
+  release.count_down();
+  pool.stop();
+  EXPECT_EQ(ran_exactly_once(stuck), stuck.size());
+  EXPECT_EQ(pool.stats().pending, 0u);
+}
+
+TEST_F(ReaperPoolTest, EnqueueAndFlushAfterATimedOutStopForLoseNothing) {
+  auto stuck = make_jobs(10);
+  auto later = make_jobs(20);
+  for (job& j : later) j.id += 1000;
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_pool pool(first_item_blocks(release, started), pool_options(2, /*steal=*/false));
+  pool.freeze();
+  for (job& j : stuck) pool.enqueue_to(0, j);
+  pool.thaw();
+  wait_until(started);
+  ASSERT_FALSE(pool.stop_for(1ms));
+  for (job& j : later) pool.enqueue_to(j.id, j);  // worker 0: queued behind the blocker; worker 1: inline
+  EXPECT_FALSE(pool.flush_for(1ms));
+  release.count_down();
+  pool.flush();
+  EXPECT_EQ(ran_exactly_once(stuck), stuck.size());
+  EXPECT_EQ(ran_exactly_once(later), later.size());
+  EXPECT_EQ(pool.stats().pending, 0u);
+}
+
+TEST_F(ReaperPoolTest, StopForCalledFromFnIsRefusedWithLogicError) {
+  std::atomic<bool> refused{false};
+  job_pool* self = nullptr;
+  job_pool pool(
+      [&](job& j) {
+        try {
+          (void)self->stop_for(1s);
+        } catch (const std::logic_error& e) {
+          refused.store(std::string(e.what()).find("teardown::reaper_pool::stop_for") != std::string::npos);
+        }
+        j.runs.fetch_add(1);
+      },
+      pool_options(2));
+  self = &pool;
+  job j;
+  pool.enqueue(j);
+  pool.flush();
+  EXPECT_TRUE(refused.load());
+}
+
+// --- Destroying the pool from its own callback: a clear abort, never a use-after-free ----------
+
+[[noreturn]] void wait_for_the_abort() {
+  for (int i = 0; i < 10'000; ++i) std::this_thread::sleep_for(1ms);
+  std::_Exit(0);  // no abort: the death test reports "did not die"
+}
+
+class ReaperPoolDeathTest : public ReaperPoolTest {
+ protected:
+  ReaperPoolDeathTest() { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(ReaperPoolDeathTest, DestroyingThePoolFromFnOnAWorkerAbortsWithAMessage) {
+  EXPECT_DEATH(
+      {
+        static job j;
+        job_pool* pool = nullptr;
+        pool = new job_pool([&pool](job&) { delete pool; }, pool_options(2));
+        pool->enqueue(j);
+        wait_for_the_abort();
+      },
+      "teardown::reaper_pool::~reaper_pool: the pool is destroyed from one of its own workers");
+}
+
+TEST_F(ReaperPoolDeathTest, DestroyingThePoolFromTakeInsideReapOnCallerAbortsWithAMessage) {
+  EXPECT_DEATH(
+      {
+        static job j;
+        auto* pool = new job_pool(counting(), pool_options(2));
+        pool->freeze();
+        pool->enqueue_to(1, j);
+        (void)pool->reap_on_caller([&](job&) {
+          delete pool;
+          return false;
+        });
+        wait_for_the_abort();
+      },
+      "teardown::reaper_pool::~reaper_pool: the pool is destroyed from take or fn inside its own reap_on_caller");
+}
+
 }  // namespace
 }  // namespace teardown_test
 

@@ -969,6 +969,191 @@ TEST_F(ReaperStressTest, ProducersRacingStopLoseNothing) {
   EXPECT_EQ(reaper.stats().pending, 0u);
 }
 
+// --- stop_for: shutdown with a deadline ---------------------------------------------------------
+
+TEST_F(ReaperTest, StopForWithNothingBlockingDrainsJoinsAndReturnsTrue) {
+  auto jobs = make_jobs(200);
+  job_reaper reaper(counting());
+  reaper.freeze();
+  for (job& j : jobs) reaper.enqueue(j);
+  EXPECT_TRUE(reaper.stop_for(30s));  // a liveness bound, not a time assertion
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  EXPECT_FALSE(reaper.stats().running);
+  EXPECT_EQ(reaper.stats().pending, 0u);
+}
+
+// A teardown that blocks: stop_for gives up, leaving everything queued and counted; once the
+// teardown is released a later stop finishes the job, each item once.
+TEST_F(ReaperTest, StopForReturnsFalseWhileATeardownBlocksAndLeavesTheRestCounted) {
+  auto jobs = make_jobs(20);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(first_item_blocks(release, started));
+  enqueue_as_one_batch(reaper, jobs);
+  wait_until(started);
+  EXPECT_FALSE(reaper.stop_for(20ms));
+  EXPECT_EQ(reaper.stats().pending, 20u) << "the blocked item and the 19 behind it";
+  EXPECT_EQ(total_runs(jobs), 0);
+  release.count_down();
+  reaper.stop();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  EXPECT_EQ(reaper.stats().pending, 0u);
+  EXPECT_FALSE(reaper.stats().running);
+}
+
+TEST_F(ReaperTest, StopForAgainAfterATimeoutReturnsTrueOnceTheTeardownReturns) {
+  auto jobs = make_jobs(20);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(first_item_blocks(release, started));
+  enqueue_as_one_batch(reaper, jobs);
+  wait_until(started);
+  EXPECT_FALSE(reaper.stop_for(1ms));
+  EXPECT_FALSE(reaper.stop_for(0s)) << "a zero timeout only looks";
+  release.count_down();
+  EXPECT_TRUE(reaper.stop_for(30s));
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
+// After a stop_for that timed out, enqueue goes on as during a stop: nothing it hands over is
+// lost or run twice, and flush waits for the worker (flush_for gives up while it is blocked).
+TEST_F(ReaperTest, EnqueueAndFlushAfterATimedOutStopForLoseNothing) {
+  auto jobs = make_jobs(20);
+  auto later = make_jobs(10);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(first_item_blocks(release, started));
+  enqueue_as_one_batch(reaper, jobs);
+  wait_until(started);
+  ASSERT_FALSE(reaper.stop_for(1ms));
+  for (job& j : later) reaper.enqueue(j);
+  EXPECT_FALSE(reaper.flush_for(1ms));
+  release.count_down();
+  reaper.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  EXPECT_EQ(ran_exactly_once(later), later.size());
+  EXPECT_EQ(reaper.stats().pending, 0u);
+  job one_more;
+  reaper.enqueue(one_more);  // the worker has ended: inline
+  EXPECT_EQ(one_more.runs.load(), 1);
+}
+
+TEST_F(ReaperTest, DestructorAfterATimedOutStopForFinishesTheJob) {
+  auto jobs = make_jobs(20);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  {
+    job_reaper reaper(first_item_blocks(release, started));
+    enqueue_as_one_batch(reaper, jobs);
+    wait_until(started);
+    EXPECT_FALSE(reaper.stop_for(1ms));
+    release.count_down();
+  }  // the destructor waits (without limit) and joins
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
+TEST_F(ReaperTest, StopForCalledFromFnIsRefusedWithLogicError) {
+  std::atomic<bool> refused{false};
+  job_reaper* self = nullptr;
+  job_reaper reaper([&](job& j) {
+    try {
+      (void)self->stop_for(1s);
+    } catch (const std::logic_error& e) {
+      refused.store(std::string(e.what()).find("teardown::reaper::stop_for") != std::string::npos);
+    }
+    j.runs.fetch_add(1);
+  });
+  self = &reaper;
+  job j;
+  reaper.enqueue(j);
+  reaper.flush();
+  EXPECT_TRUE(refused.load());
+  EXPECT_EQ(j.runs.load(), 1);
+}
+
+// --- Destroying the reaper from its own callback: a clear abort, never a use-after-free ------------
+
+// The death statement waits (bounded) for the abort; a reaper that does not abort ends the child
+// with exit code 0, which the death test reports as "did not die".
+[[noreturn]] void wait_for_the_abort() {
+  for (int i = 0; i < 10'000; ++i) std::this_thread::sleep_for(1ms);
+  std::_Exit(0);
+}
+
+class ReaperDeathTest : public ReaperTest {
+ protected:
+  ReaperDeathTest() { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(ReaperDeathTest, DestroyingTheReaperFromFnOnItsWorkerAbortsWithAMessage) {
+  EXPECT_DEATH(
+      {
+        static job j;
+        job_reaper* reaper = nullptr;
+        reaper = new job_reaper([&reaper](job&) { delete reaper; });
+        reaper->enqueue(j);
+        wait_for_the_abort();
+      },
+      "teardown::reaper::~reaper: the reaper is destroyed from its own worker \\(from fn\\)");
+}
+
+TEST_F(ReaperDeathTest, DestroyingTheReaperFromTakeInsideReapOnCallerAbortsWithAMessage) {
+  EXPECT_DEATH(
+      {
+        static job j;
+        auto* reaper = new job_reaper(counting());
+        reaper->freeze();
+        reaper->enqueue(j);
+        (void)reaper->reap_on_caller([&](job&) {
+          delete reaper;
+          return false;
+        });
+        wait_for_the_abort();
+      },
+      "teardown::reaper::~reaper: the reaper is destroyed from take or fn inside its own reap_on_caller");
+}
+
+TEST_F(ReaperDeathTest, DestroyingTheReaperFromFnInsideReapOnCallerAbortsWithAMessage) {
+  EXPECT_DEATH(
+      {
+        static job j;
+        job_reaper* reaper = nullptr;
+        std::atomic<bool> frozen{false};
+        reaper = new job_reaper([&](job&) {
+          if (frozen.load()) delete reaper;  // only inside reap_on_caller: the worker is frozen
+        });
+        reaper->freeze();
+        frozen.store(true);
+        reaper->enqueue(j);
+        (void)reaper->reap_on_caller([](job&) { return true; });
+        wait_for_the_abort();
+      },
+      "teardown::reaper::~reaper: the reaper is destroyed from take or fn inside its own reap_on_caller");
+}
+
+TEST_F(ReaperTest, InOwnCallbackIsTrueOnlyInsideTheReapersOwnCallbacks) {
+  std::atomic<int> inside_fn{-1};
+  job_reaper* self = nullptr;
+  job_reaper reaper([&](job&) { inside_fn.store(self->in_own_callback() ? 1 : 0); });
+  self = &reaper;
+  EXPECT_FALSE(reaper.in_own_callback());
+  job j;
+  reaper.enqueue(j);
+  reaper.flush();
+  EXPECT_EQ(inside_fn.load(), 1);
+  reaper.freeze();
+  job k;
+  reaper.enqueue(k);
+  bool inside_take = false;
+  (void)reaper.reap_on_caller([&](job&) {
+    inside_take = reaper.in_own_callback();
+    return false;
+  });
+  EXPECT_TRUE(inside_take);
+  EXPECT_FALSE(reaper.in_own_callback());
+  reaper.thaw();
+}
+
 }  // namespace
 }  // namespace teardown_test
 

@@ -92,14 +92,17 @@
 //                             with std::invalid_argument, changing nothing; such an item never
 //                             gets into a chain (llist_chain's push aborts).
 //   drain                     any thread but a worker; blocking (tears down on the caller).
-//   flush, flush_for, freeze, thaw, shutdown   any thread but a worker; may block (see
-//                             reaper.hpp, reaper_pool.hpp). After shutdown, put tears down
-//                             inline.
+//   flush, flush_for, freeze, thaw, shutdown, shutdown_for
+//                             any thread but a worker; may block (see reaper.hpp,
+//                             reaper_pool.hpp). After shutdown or shutdown_for, put tears down
+//                             inline. shutdown and the destructor wait without limit.
+//   destructor                shutdown(). From its own callback (destroy on a worker, or
+//                             inside drain) it aborts with a message (see in_own_callback).
 //   enable, disable, set_enabled   any thread; writers serialize (static_key). Not from a
 //                             signal handler (a mutex); nor the constructor, drain and the rest
 //                             that may block. The worker threads block signals (reaper.hpp).
 //   set_threshold, set_max_pending, set_min_concurrent, the getters, stats, stalled,
-//   reaper_statistics, worker_count
+//   reaper_statistics, worker_count, in_own_callback
 //                             any thread; wait-free (set_max_pending and set_min_concurrent
 //                             validate first and throw std::invalid_argument, changing nothing).
 //
@@ -149,6 +152,8 @@
 #include "teardown/trace.hpp"
 
 namespace teardown {
+
+class deferred_domain;
 
 /// What put() did with an item. Everything but `queued` means it was torn down inline. The
 /// numbers are stable: a new decision takes the next free one, wherever it is listed.
@@ -336,8 +341,20 @@ class async_teardown {
   async_teardown(async_teardown&) = delete;
   async_teardown& operator=(const async_teardown&) = delete;
 
-  /// Shuts down: tears down everything still queued, then joins the reaper. May block.
-  ~async_teardown() = default;
+  /// Shuts down: tears down everything still queued, then joins the reaper. May block, without
+  /// limit (shutdown_for bounds the wait first). Destroying the composition from its own
+  /// callback (destroy on its worker, or inside its drain) would leave that callback on a freed
+  /// object: it writes why to stderr and aborts.
+  ~async_teardown() {
+    if constexpr (!compiled_out) {
+      if (reaper_->in_own_callback()) {
+        detail::fatal_misuse(
+            "teardown::async_teardown::~async_teardown: destroyed from its own callback (Traits::destroy on its "
+            "worker, or inside its drain); that callback would go on using the freed object. Destroy it from "
+            "another thread, after drain returns.\n");
+      }
+    }
+  }
 
   /// Queues the item or tears it down inline; see the header comment for the steps. Throws
   /// std::invalid_argument, changing nothing, for an item that is still queued.
@@ -490,12 +507,34 @@ class async_teardown {
   }
 
   /// Tears down everything queued and joins the reaper (every worker); afterwards put tears
-  /// down inline (decision::sync_stopped). Idempotent. May block.
+  /// down inline (decision::sync_stopped). Idempotent. May block, without limit.
   void shutdown() {
     if constexpr (!compiled_out) {
       stopped_.store(true, std::memory_order_relaxed);
       reaper_->stop();
     }
+  }
+
+  /// shutdown() that waits at most `timeout`: true iff everything queued was torn down and the
+  /// worker(s) joined in time. Either way put tears down inline from now on (sync_stopped).
+  /// False leaves what is left queued and counted (stats().pending, reaper_statistics().pending)
+  /// with the worker(s) still working on it; a later shutdown, shutdown_for, flush or the
+  /// destructor waits for them again. Nothing is lost or torn down twice.
+  template <class Rep, class Period>
+  bool shutdown_for(std::chrono::duration<Rep, Period> timeout) {
+    if constexpr (compiled_out) {
+      return true;
+    } else {
+      stopped_.store(true, std::memory_order_relaxed);
+      return reaper_->stop_for(timeout);
+    }
+  }
+
+  /// True when called from this composition's own callback: Traits::destroy on its worker, or
+  /// inside its drain on this thread. Wait-free.
+  bool in_own_callback() const noexcept {
+    if constexpr (compiled_out) return false;
+    else return reaper_->in_own_callback();
   }
 
   /// True when the reaper's oldest queued item (in a pool: any worker's) has waited past its
@@ -596,6 +635,21 @@ class async_teardown {
     }
     opts.reaper = detail::validated_reaper_options(std::move(opts.reaper), "teardown::async_teardown", "reaper.");
     return std::move(opts);
+  }
+
+  friend class deferred_domain;
+
+  // deferred.hpp's exit path: exit() called from destroy on this composition's own worker. Marks
+  // it shut down and tears down, on this thread, the rest of the worker's batch and everything
+  // queued (one_reaper only); false, changing nothing, anywhere else.
+  bool shut_down_on_own_worker() noexcept {
+    if constexpr (compiled_out || !std::is_same_v<Workers, one_reaper>) {
+      return false;
+    } else {
+      if (!detail::stop_on_own_worker(*reaper_)) return false;
+      stopped_.store(true, std::memory_order_relaxed);
+      return true;
+    }
   }
 
   // Constructs the reaper in place (the optional is initialized straight from the returned

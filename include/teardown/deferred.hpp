@@ -34,9 +34,13 @@
 //   async_munmap, deferred_domain::unmap
 //                       the same, but may throw: std::invalid_argument for bad input (nothing
 //                       changes), std::system_error if an inline munmap fails.
-//   flush, flush_for, drain, freeze, thaw, shutdown
+//   flush, flush_for, drain, freeze, thaw, shutdown, shutdown_for
 //                       any thread but the domain's reaper (a destructor running there is
 //                       refused with std::logic_error: it would wait for itself); may block.
+//                       shutdown (and the destructor) wait without limit; shutdown_for gives up
+//                       after a timeout, leaving the rest to the still-running reaper.
+//   ~deferred_domain    any thread but the domain's own reaper and its drain (a destructor it
+//                       runs that destroys the domain aborts with a message).
 //   stats, enabled, threshold, max_pending, set_threshold, trace_domain
 //                       any thread; wait-free.
 //   enable, disable, set_enabled, set_max_pending
@@ -51,7 +55,10 @@
 //                       below). The first call creates the domain (thread-safe, blocking; it
 //                       throws std::system_error if the reaper cannot start, and the deleters,
 //                       deferred_delete and async_munmap then free inline); later calls are
-//                       wait-free.
+//                       wait-free, but for each thread's first, which reads its thread id (and
+//                       on the main thread allocates once, to arm the exit sentinel).
+//   deferred::set_exit_timeout, deferred::exit_timeout
+//                       any thread, any time; wait-free.
 //
 // What an object costs (the bytes its destruction frees: compared with the threshold and
 // charged to the budget), first match wins:
@@ -89,19 +96,38 @@
 //
 // The default domain (deferred::default_domain(): what deferred_deleter<T>{}, deferred_delete
 // and async_munmap use) is created on first use and never destroyed, so no deleter can ever
-// reach a dead domain. Instead, a function-local static constructed right after it shuts it
-// down at exit: its destructor, run by exit() in reverse order of construction like every
-// static's, destroys everything still queued (on the reaper, oldest first) and joins the
-// reaper. A deletion after that — a static destroyed later, a thread still running — is done
-// inline on the caller. So static destruction is safe in any order: an object deleted before
-// the shutdown is queued and destroyed by it, one deleted after is destroyed inline; none is
-// lost or destroyed twice. Two consequences: queued destructors may still run on the reaper
-// while exit() destroys statics constructed after the default domain (the rule for any thread
-// running at exit), and quick_exit, _exit and abort run no destructors, so what is queued then
-// is left to the operating system. A program with hidden symbol visibility has one default
-// domain per shared object. Its first use must not come from a destructor running on another
-// domain's reaper (a reaper's fn must not construct a reaper: reaper.hpp); a program whose
-// queued destructors delete through the default domain calls deferred::default_domain() early.
+// reach a dead domain. It is shut down once at exit (everything queued is destroyed, the reaper
+// joined; every deletion after that is inline on its caller, so none is lost or destroyed
+// twice), by the first of:
+//   - the main thread's sentinel: a thread_local armed by the first default_domain() call on
+//     the main thread (the one that creates the domain, or the first deletion there). When main
+//     returns or calls exit(), [basic.start.term] destroys that thread's thread_locals before any
+//     static, so everything queued is destroyed while every static is still alive, and statics
+//     destroyed afterwards are deleted inline, in the order the program destroys them.
+//   - exit() called from a destructor running on the reaper: the closer (below) then runs on
+//     the reaper itself, at its place among the statics; it frees the rest of the reaper's batch
+//     and the queue right there, and deletions from then on are inline. The object whose
+//     destructor called exit() is not destroyed again (exit() does not return to it).
+//   - the closer, a function-local static constructed right after the domain: the fallback, at
+//     its own place in static destruction (reverse order of construction).
+// Where it stops: exit() from any thread but main (the reaper's included), and a main thread
+// that never called default_domain() before exit, reach only the closer: statics constructed
+// after the domain are destroyed before it, while the reaper may still be destroying objects
+// that use them (call default_domain() early in main, or shut the domain down before such an
+// exit). No sentinel is armed on other threads: at their ordinary exit it could not tell a
+// thread's end from the process's, and would cost every thread a destructor.
+// pthread_exit() from main runs the sentinel too: the domain is shut down then, and deletions are
+// inline for the rest of the process. quick_exit, _exit, abort and a fatal signal run no
+// destructors: what is queued then is left to the operating system (flush() first). exit()
+// called by a destructor that drain() runs is not handled: the domain is not shut down (that
+// would wait for the drain) and the rest of that drain's batch is left to the operating system.
+// The shutdown waits without limit; deferred::set_exit_timeout(d)
+// bounds it: after d, exit proceeds, what is left stays counted (stats(): queued - reaped) and
+// is left to the operating system, with the reaper still destroying objects while the statics
+// go. A program with hidden symbol visibility has one default domain per shared object. Its
+// first use must not come from a destructor running on another domain's reaper (a reaper's fn
+// must not construct a reaper: reaper.hpp); a program whose queued destructors delete through
+// the default domain calls deferred::default_domain() early.
 //
 // fork(): the reaper handles it (reaper.hpp). In the child, deletions run inline, and what the
 // parent had queued is destroyed in the child by its next deletion, flush or exit: once in each
@@ -118,9 +144,11 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <concepts>
@@ -298,6 +326,10 @@ inline std::size_t checked_unmap_length(const void* addr, std::size_t length) {
 
 // ---- the domain -----------------------------------------------------------------------------
 
+namespace detail {
+struct default_domain_exit;
+}  // namespace detail
+
 /// A snapshot of a domain's counters. queued + freed_inline = deletions and unmaps handed in
 /// (null pointers aside); small, rejected and no_memory are subsets of freed_inline. Once
 /// flush() returns with nothing being handed in, reaped == queued and pending_bytes == 0. On a
@@ -356,9 +388,19 @@ class deferred_domain {
   explicit deferred_domain(async_teardown_options opts = default_options())
       : async_(own_cap_if_set(std::move(opts))) {}
 
-  /// Frees everything still queued (the reaper drains it), then joins the reaper. May block.
-  /// Every deleter naming this domain must be gone (or never used again) by then.
-  ~deferred_domain() = default;
+  /// Frees everything still queued (the reaper drains it), then joins the reaper. May block,
+  /// without limit (shutdown_for first bounds the wait). Every deleter naming this domain must
+  /// be gone (or never used again) by then. Destroying the domain from a destructor it runs
+  /// (on its reaper, or inside its drain) aborts with a message: that destructor's caller would
+  /// go on using the freed domain.
+  ~deferred_domain() {
+    if (async_.in_own_callback()) {
+      detail::fatal_misuse(
+          "teardown::deferred_domain::~deferred_domain: the domain is destroyed from a destructor (or munmap) it "
+          "runs itself, on its reaper or inside its drain; the reaper would go on using the freed domain. "
+          "Destroy it from another thread.\n");
+    }
+  }
 
   deferred_domain(const deferred_domain&) = delete;
   deferred_domain& operator=(const deferred_domain&) = delete;
@@ -421,8 +463,17 @@ class deferred_domain {
   /// Undoes one freeze(); throws std::logic_error, changing nothing, without one.
   void thaw() { async_.thaw(); }
   /// Frees everything queued and joins the reaper; afterwards every deletion is inline.
-  /// Idempotent. May block.
+  /// Idempotent. May block, without limit.
   void shutdown() { async_.shutdown(); }
+  /// shutdown() that waits at most `timeout`: true iff everything queued was freed and the
+  /// reaper joined in time. Either way every deletion is inline from now on. False leaves the
+  /// rest queued and counted (stats().pending_bytes, queued - reaped), the reaper still freeing
+  /// it; a later shutdown, shutdown_for, flush or the destructor waits for it again. Nothing is
+  /// lost or freed twice.
+  template <class Rep, class Period>
+  bool shutdown_for(std::chrono::duration<Rep, Period> timeout) {
+    return async_.shutdown_for(timeout);
+  }
 
   /// Off: everything is deleted inline (no node, no queue).
   bool enabled() const noexcept { return async_.enabled(); }
@@ -465,6 +516,8 @@ class deferred_domain {
   std::uint64_t trace_domain() const noexcept { return async_.trace_domain(); }
 
  private:
+  friend struct detail::default_domain_exit;
+
   using queue_type = async_teardown<detail::deferred_node, &detail::deferred_node::hook, detail::deferred_traits>;
 
   // "Start from default_options() and set max_pending" asks for that cap: a budget of its own.
@@ -473,6 +526,22 @@ class deferred_domain {
       opts.shared_budget = nullptr;
     }
     return std::move(opts);
+  }
+
+  // The default domain's shutdown at exit (see "The default domain"). exit() called from a
+  // destructor on the reaper: the rest of its batch and the queue are freed on it, here. Anywhere
+  // else: shutdown, bounded by `limit` (nanoseconds::max(): none). Inside this domain's drain
+  // the shutdown is refused (it would wait for itself) and nothing changes.
+  void shutdown_at_exit(std::chrono::nanoseconds limit) noexcept {
+    if (async_.shut_down_on_own_worker()) return;
+    try {
+      if (limit == std::chrono::nanoseconds::max()) {
+        async_.shutdown();
+      } else {
+        (void)async_.shutdown_for(limit);
+      }
+    } catch (...) {  // refused: exit() called inside drain()
+    }
   }
 
   // The cost is known: inline below the threshold; otherwise a node, and put() decides.
@@ -514,31 +583,82 @@ class deferred_domain {
 
 namespace detail {
 
-// Shuts the default domain down at exit (see the header comment); the domain itself is never
-// destroyed.
-struct default_domain_closer {
-  deferred_domain* domain;
-  ~default_domain_closer() {
-    try {
-      domain->shutdown();
-    } catch (...) {  // exit() called from the reaper itself: it cannot join itself; leave it
-    }
+// The exit-time shutdown's limit, in nanoseconds; the largest value means none.
+inline std::atomic<std::int64_t> default_domain_exit_timeout_ns{std::numeric_limits<std::int64_t>::max()};
+
+// Shuts the default domain down at exit, once: from the main thread's sentinel, before any
+// static is destroyed, or else from the closer, at its place among the statics. The domain
+// itself is never destroyed.
+struct default_domain_exit {
+  static void shut_down(deferred_domain& domain) noexcept {
+    static std::atomic<bool> done{false};  // trivially destructible: usable during static destruction
+    if (done.exchange(true, std::memory_order_relaxed)) return;
+    domain.shutdown_at_exit(std::chrono::nanoseconds(default_domain_exit_timeout_ns.load(std::memory_order_relaxed)));
   }
 };
+
+// A function-local static constructed right after the default domain: the fallback for an exit
+// whose thread has no sentinel.
+struct default_domain_closer {
+  deferred_domain* domain;
+  ~default_domain_closer() { default_domain_exit::shut_down(*domain); }
+};
+
+// Armed on the main thread only: [basic.start.term] destroys the thread_local objects of the
+// thread that returns from main or calls exit() before any object with static storage duration,
+// so this destructor runs before every static destructor, whenever the static was constructed.
+struct main_thread_exit_sentinel {
+  deferred_domain* domain;
+  ~main_thread_exit_sentinel() { default_domain_exit::shut_down(*domain); }
+};
+
+// Whether this thread has been considered for the sentinel: a trivially destructible flag, so
+// that threads that are not main pay nothing at their exit.
+inline thread_local bool exit_sentinel_considered = false;
+
+// The first use of the default domain on each thread: the main thread (tid == pid) arms its
+// sentinel. Allocates once on that thread (the thread_local destructor's registration).
+inline void consider_exit_sentinel(deferred_domain& domain) noexcept {
+  exit_sentinel_considered = true;
+#if defined(__linux__)
+  if (static_cast<pid_t>(syscall(SYS_gettid)) != getpid()) return;
+  thread_local main_thread_exit_sentinel sentinel{&domain};
+  (void)sentinel;
+#else
+  (void)domain;
+#endif
+}
 
 }  // namespace detail
 
 namespace deferred {
 
 /// The process-wide domain, created with deferred_domain::default_options() on first use from
-/// any thread; shut down at exit, never destroyed (see the header comment).
+/// any thread; shut down at exit, never destroyed (see the header comment). The first call on
+/// the main thread arms the shutdown that runs before static destruction.
 inline deferred_domain& default_domain() {
   static deferred_domain* const domain = [] {
     auto* created = new deferred_domain();
     static const detail::default_domain_closer closer{created};  // registered after the domain
     return created;
   }();
+  if (!detail::exit_sentinel_considered) [[unlikely]] detail::consider_exit_sentinel(*domain);
   return *domain;
+}
+
+/// Bounds the default domain's shutdown at exit: after `limit`, exit() proceeds, and what the
+/// reaper has not freed yet is left to the operating system (still counted in stats() as queued
+/// and not reaped; the reaper goes on freeing while the statics are destroyed, until the process
+/// ends). std::chrono::nanoseconds::max(), the default, means no limit. Throws
+/// std::invalid_argument, changing nothing, for a negative limit. Any thread, any time; wait-free.
+inline void set_exit_timeout(std::chrono::nanoseconds limit) {
+  if (limit.count() < 0) throw std::invalid_argument("teardown::deferred::set_exit_timeout: the limit is negative");
+  detail::default_domain_exit_timeout_ns.store(limit.count(), std::memory_order_relaxed);
+}
+
+/// The limit set_exit_timeout set; nanoseconds::max() for none.
+inline std::chrono::nanoseconds exit_timeout() noexcept {
+  return std::chrono::nanoseconds(detail::default_domain_exit_timeout_ns.load(std::memory_order_relaxed));
 }
 
 /// default_domain().flush(): blocks until everything handed to it before the call is freed.

@@ -24,9 +24,14 @@
 //                        between items. Freezes nest; thaw without freeze throws. A worker
 //                        frozen in the middle of a batch hands the rest of it back to the
 //                        queue, so that reap_on_caller reaches everything not yet started.
-//   stop                 any thread but the worker; may block (drains, then joins). Idempotent.
-//   stats, stalled       any thread; wait-free snapshots. stats reads the worker's CPU clock
-//                        only while the worker cannot exit (see worker_cpu_ns()); the exiting
+//   stop, stop_for       any thread but the worker; may block (drains, then joins). Idempotent.
+//                        stop and the destructor wait without limit; stop_for gives up after a
+//                        timeout and leaves the rest to the still-running worker (see stop_for).
+//   destructor           stop(). Never from the reaper's own callback (fn, or take/fn inside
+//                        reap_on_caller): that aborts with a message (it would be a
+//                        use-after-free), as in_own_callback() tells beforehand.
+//   stats, stalled,      any thread; wait-free snapshots. stats reads the worker's CPU clock
+//   in_own_callback      only while the worker cannot exit (see worker_cpu_ns()); the exiting
 //                        worker waits for such a read to end, and stats then makes one futex
 //                        wake.
 //   fn                   runs on the worker; also on callers after stop(), in a fork child, and
@@ -107,11 +112,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <concepts>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <exception>
@@ -394,6 +401,41 @@ class fork_registry {
   std::set<fork_participant*> participants_;  // guarded by mutex_
 };
 
+// A misuse that cannot be refused with an exception (a destructor is noexcept) and would
+// otherwise be undefined behaviour: says so on stderr with write(2), which allocates nothing,
+// then aborts.
+[[noreturn]] inline void fatal_misuse(const char* message) noexcept {
+  std::size_t left = std::strlen(message);
+  while (left > 0) {
+    const ssize_t written = ::write(STDERR_FILENO, message, left);
+    if (written <= 0 && errno != EINTR) break;
+    if (written > 0) {
+      message += written;
+      left -= static_cast<std::size_t>(written);
+    }
+  }
+  std::abort();
+}
+
+// now + timeout, saturating at time_point::max() (no limit) instead of overflowing.
+template <class Rep, class Period>
+std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) {
+  using clock = std::chrono::steady_clock;
+  const clock::time_point now = clock::now();
+  if (timeout <= std::chrono::duration<Rep, Period>::zero()) return now;
+  if (std::chrono::duration_cast<std::chrono::duration<double>>(timeout) >=
+      std::chrono::duration_cast<std::chrono::duration<double>>(clock::time_point::max() - now)) {
+    return clock::time_point::max();
+  }
+  return now + std::chrono::duration_cast<clock::duration>(timeout);
+}
+
+// exit() called from fn on this reaper's worker (deferred.hpp's exit path): if the caller is
+// the worker, marks the reaper stopped and tears down, here, the rest of the batch in hand and
+// everything queued; returns true. Anywhere else does nothing and returns false.
+template <class Reaper>
+bool stop_on_own_worker(Reaper& reaper) noexcept;
+
 }  // namespace detail
 
 template <class T, llist_node T::*Hook, class Fn, class Queue = llist<T, Hook>>
@@ -405,6 +447,8 @@ class reaper final : private detail::fork_participant {
 
   template <class U, llist_node U::*H, class F, class Q>
   friend class reaper_pool;
+  template <class Reaper>
+  friend bool detail::stop_on_own_worker(Reaper& reaper) noexcept;
 
   // A pool's hooks into its worker (see "In a pool" in the header comment); all null for a
   // reaper on its own. Set before the worker starts and never changed; all run on the worker.
@@ -449,9 +493,22 @@ class reaper final : private detail::fork_participant {
   reaper(const reaper&) = delete;
   reaper& operator=(const reaper&) = delete;
 
-  /// stop(): drains everything queued, then joins. May block.
+  /// stop(): drains everything queued, then joins; waits without limit (a teardown that
+  /// blocks holds it up: stop_for first bounds the wait). Destroying the reaper from its own
+  /// callback (fn on the worker, or take or fn inside reap_on_caller) would leave that callback
+  /// running on a freed reaper: it writes why to stderr and aborts.
   ~reaper() {
-    if (!on_worker()) stop();
+    if (on_worker()) {
+      detail::fatal_misuse(
+          "teardown::reaper::~reaper: the reaper is destroyed from its own worker (from fn); the worker would go "
+          "on using the freed reaper. Destroy it from another thread.\n");
+    }
+    if (reaping_here_ == this) {
+      detail::fatal_misuse(
+          "teardown::reaper::~reaper: the reaper is destroyed from take or fn inside its own reap_on_caller; the "
+          "call would go on using the freed reaper. Destroy it after reap_on_caller returns.\n");
+    }
+    stop();
     detail::fork_registry::instance().remove(this);
   }
 
@@ -559,27 +616,34 @@ class reaper final : private detail::fork_participant {
   }
 
   /// Drains everything queued, then joins the worker; afterwards enqueue runs fn inline.
-  /// Idempotent. May block. Refused (std::logic_error) on the worker itself.
+  /// Idempotent. May block, without limit: a teardown that never returns holds it up for ever
+  /// (stop_for bounds the wait). Refused (std::logic_error) on the worker itself.
   void stop() {
     refuse_on_worker("stop");
-    std::unique_lock lock(control_mutex_);
-    if (worker_running_ && !stop_requested_) {
-      stop_requested_ = true;
-      request_locked();
-      control_changed_.notify_all();  // a worker parked by a freeze: stop overrides it
-      lock.unlock();
-      kick();
-      if (const int error = pthread_join(worker_, nullptr); error != 0) std::terminate();
-      lock.lock();
-      worker_known_.store(false, std::memory_order_relaxed);  // its pthread_t may be reused
-      worker_running_ = false;
-      control_changed_.notify_all();
-    } else {
-      control_changed_.wait(lock, [&] { return !worker_running_; });
-    }
-    lock.unlock();
-    drain_inline();  // a fork child, or items whose producers raced the end of the worker
+    request_stop();
+    (void)await_stop(std::chrono::steady_clock::time_point::max());
   }
+
+  /// stop() that waits at most `timeout`, like an executor's awaitTermination: true iff
+  /// everything queued was torn down and the worker joined in time. False leaves the reaper
+  /// stopping: the worker goes on with what is left (counted in stats().pending), finishing its
+  /// batch and then draining the queue, and enqueue goes on as during a stop() — it queues
+  /// until the worker begins its final drain (which takes the item) and tears down inline
+  /// after. A later stop, stop_for or the destructor waits for the worker again and joins it;
+  /// flush waits for it too (flush_for gives up while it runs). Nothing is lost or torn down
+  /// twice.
+  /// Refused (std::logic_error) on the worker itself.
+  template <class Rep, class Period>
+  bool stop_for(std::chrono::duration<Rep, Period> timeout) {
+    refuse_on_worker("stop_for");
+    request_stop();
+    return await_stop(detail::deadline_after(timeout));
+  }
+
+  /// True when called from this reaper's own callback: fn on its worker, or take or fn inside
+  /// a reap_on_caller on this thread — where flush, freeze and stop are refused and destroying
+  /// the reaper aborts. Wait-free.
+  bool in_own_callback() const noexcept { return on_worker() || reaping_here_ == this; }
 
   /// Tears queued items down on the calling thread (a pressure valve: RFC open question 1).
   /// Every item the worker has not taken yet is offered, oldest first, to `take(T&)` (which
@@ -768,6 +832,11 @@ class reaper final : private detail::fork_participant {
     (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
     drain_on_worker();
     close_cpu_clock();
+    // A stop_for that gave up, and whoever calls stop, flush or the destructor later, wait for
+    // this (not for the join, which nobody may be doing yet).
+    const std::lock_guard lock(control_mutex_);
+    worker_done_ = true;
+    control_changed_.notify_all();
   }
 
   void apply_setup() noexcept {
@@ -1052,6 +1121,66 @@ class reaper final : private detail::fork_participant {
     return previous;
   }
 
+  // A stop in two steps, so that a pool can ask every worker before it waits for any. Step one:
+  // the worker drains the queue and ends (a freeze does not hold it: stop overrides it).
+  void request_stop() noexcept {
+    std::unique_lock lock(control_mutex_);
+    if (!worker_running_ || stop_requested_) return;
+    stop_requested_ = true;
+    request_locked();
+    control_changed_.notify_all();  // a worker parked by a freeze: stop overrides it
+    lock.unlock();
+    kick();
+  }
+
+  // Step two: waits, until `deadline`, for the worker to end; then joins it (the first caller to
+  // see it ended does; the others wait for that join, which does not block) and tears down
+  // here what producers queued while it ended. False: the deadline passed, nothing changed.
+  bool await_stop(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(control_mutex_);
+    const auto ended = [&] { return worker_done_ || !worker_running_; };
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      control_changed_.wait(lock, ended);
+    } else if (!control_changed_.wait_until(lock, deadline, ended)) {
+      return false;
+    }
+    if (worker_running_ && !worker_joining_) {
+      worker_joining_ = true;
+      lock.unlock();
+      if (const int error = pthread_join(worker_, nullptr); error != 0) std::terminate();
+      lock.lock();
+      worker_known_.store(false, std::memory_order_relaxed);  // its pthread_t may be reused
+      worker_running_ = false;
+      control_changed_.notify_all();
+    } else {
+      control_changed_.wait(lock, [&] { return !worker_running_; });
+    }
+    lock.unlock();
+    drain_inline();  // a fork child, or items whose producers raced the end of the worker
+    return true;
+  }
+
+  // See detail::stop_on_own_worker. The item whose fn called exit() is already off in_flight_,
+  // and exit() never returns to it, so nothing runs twice.
+  void stop_here_on_own_worker() noexcept {
+    {
+      const std::lock_guard lock(control_mutex_);
+      stop_requested_ = true;
+      request_locked();
+      control_changed_.notify_all();
+    }
+    // acq_rel, as the worker's own STOPPED exchange at the end of worker_main: acquire pairs
+    // with every producer's kick before it (their adds are visible to the drain below); release
+    // pairs with enqueue's acquire loads, so producers tear down inline from now on.
+    (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
+    for (;;) {
+      while (T* item = in_flight_.pop_front()) tear_down(*item, /*on_worker=*/true);
+      in_flight_ = queue_.del_all();
+      if (in_flight_.empty()) return;
+      if (opts_.order == drain_order::oldest_first) in_flight_ = std::move(in_flight_).reverse();
+    }
+  }
+
   bool flush_until(std::chrono::steady_clock::time_point deadline) {
     refuse_on_worker("flush");
     return await_flush(request_flush(), deadline);
@@ -1073,7 +1202,7 @@ class reaper final : private detail::fork_participant {
     std::unique_lock lock(control_mutex_);
     if (ticket == 0) {
       // Stopped, or stopping: the stop drains everything; wait for it, then take what raced it.
-      const auto gone = [&] { return !worker_running_ && caller_reaps_ == 0; };
+      const auto gone = [&] { return (!worker_running_ || worker_done_) && caller_reaps_ == 0; };
       bool done = true;
       if (deadline == std::chrono::steady_clock::time_point::max()) {
         control_changed_.wait(lock, gone);
@@ -1084,7 +1213,9 @@ class reaper final : private detail::fork_participant {
       if (done) drain_inline();
       return done;
     }
-    const auto done = [&] { return (flush_completed_ >= ticket && caller_reaps_ == 0) || !worker_running_; };
+    const auto done = [&] {
+      return (flush_completed_ >= ticket && caller_reaps_ == 0) || !worker_running_ || worker_done_;
+    };
     if (deadline == std::chrono::steady_clock::time_point::max()) {
       control_changed_.wait(lock, done);
       return true;
@@ -1121,7 +1252,7 @@ class reaper final : private detail::fork_participant {
         kick();
         lock.lock();
         // Parked between items, or gone (a stop() that was joining it has finished).
-        control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_; });
+        control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_ || worker_done_; });
       }
       lock.release();  // stays locked across fork(); parent/child unlock it
     }
@@ -1209,6 +1340,8 @@ class reaper final : private detail::fork_participant {
   bool worker_running_ = false;
   bool worker_parked_ = false;
   bool stop_requested_ = false;
+  bool worker_done_ = false;     // worker_main has ended (it may not be joined yet)
+  bool worker_joining_ = false;  // a stopper is joining the worker
   bool fork_parking_ = false;  // between fork_prepare and fork_parent/child
   std::uint64_t freeze_depth_ = 0;
   std::uint64_t flush_requested_ = 0;
@@ -1218,5 +1351,12 @@ class reaper final : private detail::fork_participant {
   // The reaper whose reap_on_caller runs on this thread, if any.
   static inline thread_local const reaper* reaping_here_ = nullptr;
 };
+
+template <class Reaper>
+bool detail::stop_on_own_worker(Reaper& reaper) noexcept {
+  if (!reaper.on_worker()) return false;
+  reaper.stop_here_on_own_worker();
+  return true;
+}
 
 }  // namespace teardown

@@ -30,12 +30,16 @@
 //                         between items, holding none. Nest like reaper's. thaw without a
 //                         freeze throws std::logic_error and changes nothing; a thaw must
 //                         follow a freeze() that returned (one racing its own freeze is a bug).
-//   stop                  any thread but a worker; may block (each worker drains, then joins).
-//                         Idempotent.
+//   stop, stop_for        any thread but a worker; may block (each worker drains, then joins).
+//                         Idempotent. stop and the destructor wait without limit; stop_for
+//                         gives up after a timeout, leaving the rest to the workers.
+//   destructor            stop(). From the pool's own callback (fn, or take/fn inside
+//                         reap_on_caller) it aborts with a message (see in_own_callback).
 //   reap_on_caller        any thread but a worker; may block (runs teardowns): reaper's, on
 //                         every worker in turn; returns the sum.
 //   stats, worker_stats,  any thread; wait-free snapshots (worker_stats and worker_cpus throw
-//   stalled, worker_cpus  std::out_of_range for an index >= worker_count()).
+//   stalled, worker_cpus, std::out_of_range for an index >= worker_count()).
+//   in_own_callback
 //   fn                    as for reaper, on every worker: copies of fn run at once on different
 //                         workers (and on callers after stop); on_error likewise. Calling
 //                         flush, freeze, stop or reap_on_caller on the pool from fn (or from
@@ -298,9 +302,22 @@ class reaper_pool final : private detail::fork_participant {
   reaper_pool(const reaper_pool&) = delete;
   reaper_pool& operator=(const reaper_pool&) = delete;
 
-  /// stop(), then the workers are destroyed. May block.
+  /// stop(), then the workers are destroyed. May block, without limit (stop_for bounds the
+  /// wait first). Destroying the pool from its own callback (fn on one of its workers, or take
+  /// or fn inside its reap_on_caller) would leave that callback on a freed pool: it writes why to
+  /// stderr and aborts.
   ~reaper_pool() {
-    if (!on_a_worker()) stop();
+    if (on_a_worker()) {
+      detail::fatal_misuse(
+          "teardown::reaper_pool::~reaper_pool: the pool is destroyed from one of its own workers (from fn); the "
+          "worker would go on using the freed pool. Destroy it from another thread.\n");
+    }
+    if (in_own_callback()) {
+      detail::fatal_misuse(
+          "teardown::reaper_pool::~reaper_pool: the pool is destroyed from take or fn inside its own "
+          "reap_on_caller; the call would go on using the freed pool. Destroy it after reap_on_caller returns.\n");
+    }
+    stop();
     detail::fork_registry::instance().remove(this);
   }
 
@@ -359,16 +376,29 @@ class reaper_pool final : private detail::fork_participant {
     for (const auto& worker : workers_) worker->thaw();
   }
 
-  /// Stops stealing, then stops every worker in turn: each drains its queue, then joins.
-  /// Afterwards enqueue runs fn inline. Idempotent. May block.
+  /// Stops stealing, then asks every worker to stop and waits for each: each drains its queue,
+  /// then is joined. Afterwards enqueue runs fn inline. Idempotent. May block, without limit.
   void stop() {
     refuse_on_workers("stop");
-    {
-      const std::lock_guard lock(steal_mutex_);
-      stopping_ = true;
-      update_steal_hint_locked();
-    }
-    for (const auto& worker : workers_) worker->stop();
+    (void)stop_until(std::chrono::steady_clock::time_point::max());
+  }
+
+  /// stop() that waits at most `timeout` in all: true iff every worker drained its queue and was
+  /// joined in time. False leaves the pool stopping, as reaper::stop_for leaves a worker: the
+  /// workers not yet joined go on with what is left (counted in stats().pending), enqueue
+  /// queues to a worker until it begins its final drain and tears down inline after, and a
+  /// later stop, stop_for, flush or the destructor finishes the job. Nothing is lost or torn
+  /// down twice.
+  template <class Rep, class Period>
+  bool stop_for(std::chrono::duration<Rep, Period> timeout) {
+    refuse_on_workers("stop_for");
+    return stop_until(detail::deadline_after(timeout));
+  }
+
+  /// True when called from the pool's own callback: fn on one of its workers, or take or fn
+  /// inside its reap_on_caller on this thread. Wait-free.
+  bool in_own_callback() const noexcept {
+    return std::any_of(workers_.begin(), workers_.end(), [](const auto& worker) { return worker->in_own_callback(); });
   }
 
   /// reaper::reap_on_caller on every worker in turn; returns how many were torn down here.
@@ -460,6 +490,20 @@ class reaper_pool final : private detail::fork_participant {
     std::vector<std::vector<int>> nodes;
     if (opts.workers == 0) nodes = detail::numa_node_cpus();
     return detail::plan_worker_cpus(opts.workers, nodes, base);
+  }
+
+  // Every worker is asked before any is waited for, so they drain side by side; a worker that
+  // ended is joined even after the deadline has passed for an earlier one.
+  bool stop_until(std::chrono::steady_clock::time_point deadline) {
+    {
+      const std::lock_guard lock(steal_mutex_);
+      stopping_ = true;
+      update_steal_hint_locked();
+    }
+    for (const auto& worker : workers_) worker->request_stop();
+    bool all = true;
+    for (const auto& worker : workers_) all = worker->await_stop(deadline) && all;
+    return all;
   }
 
   bool flush_until(std::chrono::steady_clock::time_point deadline) {

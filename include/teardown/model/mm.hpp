@@ -63,7 +63,8 @@
 //   reclaim                             any thread holding mm_count; takes the mm's mmap lock.
 //   knobs (set_*, set, get)             any thread; setters validate first and change nothing
 //                                       on error (std::invalid_argument naming the knob).
-//   flush, drain, freeze, thaw, shutdown   any thread but the reaper; may block.
+//   flush, drain, freeze, thaw, shutdown, shutdown_for   any thread but the reaper; may block
+//                                       (shutdown without limit, shutdown_for up to its timeout).
 //   vmstat                              any thread; a wait-free snapshot.
 //
 // The OOM ordering (the series' patch 3/7, argued for this model). MMF_OOM_TARGETED is set
@@ -892,6 +893,22 @@ class basic_mm_system {
   void shutdown() {
     async_.shutdown();
     swap_release_.shutdown();
+  }
+  /// shutdown() that waits at most `timeout` for both workers together: true iff both drained
+  /// and were joined in time. Either way later exits tear down, and release swap, inline; false
+  /// leaves the rest queued and counted (vmstat's pending_pages) for a later shutdown, flush or
+  /// the destructor (async_teardown::shutdown_for).
+  template <class Rep, class Period>
+  bool shutdown_for(std::chrono::duration<Rep, Period> timeout) {
+    using clock = std::chrono::steady_clock;
+    const clock::time_point deadline = teardown::detail::deadline_after(timeout);
+    const auto left = [&] {
+      return deadline == clock::time_point::max() ? clock::duration::max()
+                                                  : std::max(clock::duration::zero(), deadline - clock::now());
+    };
+    const bool mms = async_.shutdown_for(left());
+    const bool swap = swap_release_.shutdown_for(left());
+    return mms && swap;
   }
   bool stalled() const noexcept { return async_.stalled(); }
 
