@@ -1070,7 +1070,12 @@ TEST_F(ReaperPoolTest, StopForCalledFromFnIsRefusedWithLogicError) {
 
 class ReaperPoolDeathTest : public ReaperPoolTest {
  protected:
-  ReaperPoolDeathTest() { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+  void SetUp() override {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");  // other threads exist: re-execute
+#if !GTEST_HAS_DEATH_TEST
+    GTEST_SKIP() << "this platform has no death tests";
+#endif
+  }
 };
 
 TEST_F(ReaperPoolDeathTest, DestroyingThePoolFromFnOnAWorkerAbortsWithAMessage) {
@@ -1108,16 +1113,6 @@ namespace teardown_test {
 namespace {
 
 // --- An item enqueued twice --------------------------------------------------------------------
-
-class ReaperPoolDeathTest : public ReaperPoolTest {
- protected:
-  void SetUp() override {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");  // other threads exist: re-execute
-#if !GTEST_HAS_DEATH_TEST
-    GTEST_SKIP() << "this platform has no death tests";
-#endif
-  }
-};
 
 TEST_F(ReaperPoolDeathTest, EnqueueOfAnItemStillQueuedAbortsWithAMessage) {
   for (bool steal : {false, true}) {

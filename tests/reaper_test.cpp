@@ -1082,7 +1082,12 @@ TEST_F(ReaperTest, StopForCalledFromFnIsRefusedWithLogicError) {
 
 class ReaperDeathTest : public ReaperTest {
  protected:
-  ReaperDeathTest() { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+  void SetUp() override {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");  // other threads exist: re-execute
+#if !GTEST_HAS_DEATH_TEST
+    GTEST_SKIP() << "this platform has no death tests";
+#endif
+  }
 };
 
 TEST_F(ReaperDeathTest, DestroyingTheReaperFromFnOnItsWorkerAbortsWithAMessage) {
@@ -1290,16 +1295,6 @@ TEST_F(ReaperTest, WithoutYieldAfterTheWorkerNeverYields) {
 }
 
 // --- An item enqueued twice --------------------------------------------------------------------
-
-class ReaperDeathTest : public ReaperTest {
- protected:
-  void SetUp() override {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");  // other threads exist: re-execute
-#if !GTEST_HAS_DEATH_TEST
-    GTEST_SKIP() << "this platform has no death tests";
-#endif
-  }
-};
 
 TEST_F(ReaperDeathTest, EnqueueOfAnItemStillQueuedAbortsWithAMessage) {
   auto jobs = make_jobs(1);
