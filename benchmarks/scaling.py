@@ -1,4 +1,4 @@
-"""Issue 7's scaling figures, from one benchmarks/scaling.sh run, as markdown.
+"""The many-core scaling figures, from one benchmarks/scaling.sh run, as markdown.
 
 Usage: python3 benchmarks/scaling.py OUT_DIR       (the standard library alone: it also runs
                                                     from a pack on a machine with a bare python3)
@@ -8,7 +8,7 @@ Reads from OUT_DIR (a missing file leaves its table out and its goal "not measur
   llist_bench.json     Google Benchmark JSON: ns per push, all producers together, by producers
   pool_bench.json      benchmarks/pool_bench --out: GiB/s draining M concurrent 0.5 GiB items
   process_bench.json   benchmarks/process_bench --out: kill -> waitpid with and without the helper
-Prints the three tables and issue 7's two goals, each with this run's ratio and whether it met it:
+Prints the three tables and the two many-core goals, each with this run's ratio and whether it met it:
   sharded_llist / llist (single head) ns per push at the highest producer count   goal <= 0.10
   reaper_pool with W = the most workers run / M concurrent inline munmaps         goal >= 0.8
 """
@@ -122,7 +122,7 @@ def main(argv):
     if (doc := load(out_dir / "process_bench.json")):
         print("**Shadow teardown: kill → waitpid** (`process_bench`; medians [min, max])\n")
         print("\n".join(process_table(doc)) + "\n")
-    print("Issue 7's goals in this run:\n")
+    print("The many-core goals in this run:\n")
     print(f"- sharded / single-head ns per push at {producers} producers: " +
           verdict(sharded_ratio, f"≤ {SHARDED_GOAL}", lambda r: r <= SHARDED_GOAL))
     print(f"- pool drain with {workers} workers / concurrent inline: " +

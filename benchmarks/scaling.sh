@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's figures in one run: ns per push of sharded_llist against the single-head llist, a
+# The many-core figures in one run: ns per push of sharded_llist against the single-head llist, a
 # contended fetch_add and the peers, by producers from 1 to the hardware threads (llist_bench);
 # reaper_pool's drain rate against M concurrent inline munmaps (pool_bench); kill -> waitpid with
 # and without the shadow-teardown helper (process_bench). scaling.py then writes the tables and

@@ -4,7 +4,7 @@
 # repository, runs its --quick from another directory with an empty environment, and checks
 #   - that every library the programs load comes from the pack (glibc's loader included), so the
 #     machine's own libraries, whatever their versions, play no part;
-#   - that scaling.md has its three tables and both of issue 7's goals measured (met or not: a
+#   - that scaling.md has its three tables and both many-core goals measured (met or not: a
 #     --quick run on two CPUs proves nothing about them).
 #
 # Usage: scaling_pack_test.sh PROGRAMS_DIR WORK_DIR   (PROGRAMS_DIR: a build's benchmarks/)
