@@ -1010,7 +1010,15 @@ TEST_F(ReaperPoolTest, StopForReturnsFalseWhileOneWorkerBlocksAndTheRestIsFinish
   pool.thaw();
   wait_until(started);
   EXPECT_FALSE(pool.stop_for(20ms));
-  while (pool.worker_stats(1).running) std::this_thread::yield();  // the other worker ends on its own
+  // The other worker drains and ends on its own. Its running flag drops as its final drain
+  // begins, before that drain is done: wait for both (30 s: a liveness bound).
+  const auto worker_1_done = [&] {
+    const teardown::reaper_stats s = pool.worker_stats(1);
+    return s.reaped == free_running.size() && !s.running;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!worker_1_done() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_TRUE(worker_1_done()) << "worker 1 did not drain its 50 items and end within 30 s";
   EXPECT_EQ(ran_exactly_once(free_running), free_running.size());
   EXPECT_EQ(total_runs(stuck), 0);
   EXPECT_EQ(pool.stats().pending, stuck.size());
