@@ -160,17 +160,6 @@ void put_from_threads(std::size_t threads, PutSlice put_slice) {
   for (std::thread& t : producers) t.join();
 }
 
-// Waits for pred to hold; false if it still does not after a limit far beyond any right answer
-// (a bound, not a time assertion).
-template <class Pred>
-[[nodiscard]] bool eventually(Pred pred) {
-  const auto give_up = std::chrono::steady_clock::now() + 10s;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(100us);
-  }
-  return true;
-}
 
 std::size_t live_threads() {
   return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/task"),

@@ -141,17 +141,6 @@ std::vector<item> make_items(std::initializer_list<std::uint64_t> sizes) {
   return items;
 }
 
-// Waits for pred to hold; false if it still does not after a limit far beyond any right answer
-// (a bound, not a time assertion: it turns a wrong setup into a failure instead of a hang).
-template <class Pred>
-[[nodiscard]] bool eventually(Pred pred) {
-  const auto give_up = std::chrono::steady_clock::now() + 10s;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(100us);
-  }
-  return true;
-}
 
 // A reaper whose oldest queued item counts as stalled after a millisecond.
 async_teardown_options stalls_quickly(bool sync_when_stalled = true) {

@@ -93,4 +93,13 @@ inline int wait_child(pid_t pid, std::chrono::seconds limit = std::chrono::secon
 
 inline int run_child(const std::function<int()>& body) { return wait_child(start_child(body)); }
 
+// In a run_child body: prints the failed condition and leaves the body with exit code 1.
+#define CHILD_CHECK(condition)                                                              \
+  do {                                                                                      \
+    if (!(condition)) {                                                                     \
+      std::fprintf(stderr, "[child] %s:%d: %s is false\n", __FILE__, __LINE__, #condition); \
+      return 1;                                                                             \
+    }                                                                                       \
+  } while (false)
+
 }  // namespace teardown_test

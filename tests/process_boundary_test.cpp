@@ -32,14 +32,6 @@ namespace {
 namespace tp = teardown::process;
 using namespace std::chrono_literals;
 
-// In a run_child body: prints the failed condition and leaves the body with exit code 1.
-#define CHILD_CHECK(condition)                                                                \
-  do {                                                                                        \
-    if (!(condition)) {                                                                       \
-      std::fprintf(stderr, "[child] %s:%d: %s is false\n", __FILE__, __LINE__, #condition); \
-      return 1;                                                                               \
-    }                                                                                         \
-  } while (false)
 
 struct finished {
   int status = -1;     // waitpid's; -1: did not finish within the hang guard (then killed)

@@ -10,6 +10,7 @@
 // program) and a forked program share with the test. The helper must make no call at all: not
 // while it sets up, not in its wait loop, not when it exits.
 #include "teardown/process.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -77,6 +78,7 @@ namespace {
 
 namespace tp = teardown::process;
 using namespace std::chrono_literals;
+using teardown_test::eventually;
 
 const bool counts_mapped = [] {
   void* const page = mmap(nullptr, sizeof(hook_counts), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -111,17 +113,6 @@ bool signal_pending(pid_t pid, int signal) {
 
 bool blocked_in_ppoll(pid_t pid) { return proc(pid, "syscall").rfind(std::to_string(SYS_ppoll) + " ", 0) == 0; }
 
-// A hang guard, not a time assertion: true once `done` holds, false if it still does not after
-// 60 s.
-template <class Predicate>
-bool eventually(Predicate done) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 __attribute__((noinline)) void instrumented_call() { asm volatile(""); }
 

@@ -168,17 +168,6 @@ std::string pipe_name(int fd) {
   return std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), error).string();
 }
 
-// A hang guard, not a time assertion: true once `done` holds, false if it still does not after
-// 60 s.
-template <class Predicate>
-bool eventually(Predicate done) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 // Whether signal `signal` is pending for pid (thread or process-wide).
 bool signal_pending(pid_t pid, int signal) {
@@ -355,14 +344,6 @@ void enable_and_populate(report& r) {
 
 // ---- a child that reports through its exit code (run_child, fork_test_support.hpp) ------------
 
-// In a run_child body: prints the failed condition and leaves the body with exit code 1.
-#define CHILD_CHECK(condition)                                                     \
-  do {                                                                             \
-    if (!(condition)) {                                                            \
-      std::fprintf(stderr, "[child] %s:%d: %s is false\n", __FILE__, __LINE__, #condition); \
-      return 1;                                                                    \
-    }                                                                              \
-  } while (false)
 
 // A seccomp filter that makes one system call fail with EPERM (optionally only when its first
 // argument is `first_argument`), for this process and every process it creates from now on.

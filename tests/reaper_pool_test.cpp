@@ -1016,9 +1016,7 @@ TEST_F(ReaperPoolTest, StopForReturnsFalseWhileOneWorkerBlocksAndTheRestIsFinish
     const teardown::reaper_stats s = pool.worker_stats(1);
     return s.reaped == free_running.size() && !s.running;
   };
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!worker_1_done() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  EXPECT_TRUE(worker_1_done()) << "worker 1 did not drain its 50 items and end within 30 s";
+  EXPECT_TRUE(eventually(worker_1_done, 30s)) << "worker 1 did not drain its 50 items and end within 30 s";
   EXPECT_EQ(ran_exactly_once(free_running), free_running.size());
   EXPECT_EQ(total_runs(stuck), 0);
   EXPECT_EQ(pool.stats().pending, stuck.size());

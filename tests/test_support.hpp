@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <thread>
 
 #include "teardown/atomics.hpp"
 
@@ -40,5 +42,17 @@ using atomics_backends = ::testing::Types<teardown::std_atomics, teardown::ao_at
 #else
 using atomics_backends = ::testing::Types<teardown::std_atomics>;
 #endif
+
+// Waits for done() to hold; false if it still does not after `limit`, a bound far beyond any
+// right answer: a hang guard that turns a wrong setup into a failure, not a time assertion.
+template <class Predicate>
+[[nodiscard]] bool eventually(Predicate done, std::chrono::nanoseconds limit = std::chrono::seconds(60)) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
 
 }  // namespace teardown_test
