@@ -14,15 +14,18 @@
 #include "teardown/process_reaper.hpp"
 
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -567,6 +570,74 @@ TEST_F(ProcessReaperTest, AfterStopKillReleasesOnTheCaller) {
   EXPECT_EQ(stats.raced, 1u);
   EXPECT_EQ(stats.worker.inline_reaped, 1u);
   EXPECT_EQ(victim.wait().signal, SIGKILL);
+}
+
+// Drops (or gives back) CAP_KILL from the calling thread's effective set: capabilities are per
+// thread, so the rest of the process keeps it. False if the kernel refuses.
+bool set_own_kill_capability(bool effective) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  if (effective) {
+    data[0].effective |= 1u << CAP_KILL;
+  } else {
+    data[0].effective &= ~(1u << CAP_KILL);
+  }
+  return syscall(SYS_capset, &header, data) == 0;
+}
+
+// No permission to signal the process: kill() throws EPERM and nothing is charged or counted.
+TEST_F(ProcessReaperTest, KillWithoutPermissionThrowsAndChangesNothing) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to start a victim under another user id";
+  process_reaper reaper;
+  pidfd_process victim = spawn_victim(mib, [] {
+    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(122);
+  });
+  ASSERT_FALSE(victim.exited()) << "the victim could not take another user id";
+  ASSERT_TRUE(set_own_kill_capability(false)) << "capset refused to drop CAP_KILL";
+  try {
+    (void)reaper.kill(victim);
+    ADD_FAILURE() << "kill() of another user's process without CAP_KILL succeeded";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), EPERM) << error.what();
+  }
+  ASSERT_TRUE(set_own_kill_capability(true));
+  const process_reaper_stats stats = reaper.stats();
+  EXPECT_EQ(stats.killed, 0u);
+  EXPECT_EQ(stats.worker.enqueued, 0u);
+  EXPECT_EQ(stats.bytes_in_teardown, 0u);
+  EXPECT_FALSE(victim.exited());
+  EXPECT_TRUE(victim.send_signal(SIGKILL));
+  EXPECT_EQ(victim.wait().signal, SIGKILL);
+}
+
+// The two USDT probes carry the events' fields in order, the domain last (trace.hpp).
+TEST_F(ProcessReaperTest, UsdtProbesCarryTheEventFieldsInOrder) {
+#if TEARDOWN_TRACE_USDT
+  FILE* readelf = popen(("readelf -n /proc/" + std::to_string(getpid()) + "/exe 2>/dev/null").c_str(), "r");
+  ASSERT_NE(readelf, nullptr);
+  std::string notes;
+  char buffer[4096];
+  for (std::size_t got = 0; (got = std::fread(buffer, 1, sizeof buffer, readelf)) > 0;) notes.append(buffer, got);
+  if (pclose(readelf) != 0 || notes.empty()) GTEST_SKIP() << "readelf (binutils) is not installed";
+  // The argument specs of a probe: "-8@..." is a signed 8-byte value; only the sizes are checked.
+  const auto sizes_of = [&](const std::string& name) {
+    const std::size_t at = notes.find("Name: " + name + "\n");
+    if (at == std::string::npos) return std::string("(no probe)");
+    const std::size_t arguments = notes.find("Arguments:", at);
+    const std::string line = notes.substr(arguments + 10, notes.find('\n', arguments) - arguments - 10);
+    std::string sizes;
+    for (std::size_t spec = line.find_first_not_of(' '); spec != std::string::npos;
+         spec = line.find_first_not_of(' ', line.find(' ', spec))) {
+      sizes += line.substr(spec, line.find('@', spec) - spec) + " ";
+    }
+    return sizes;
+  };
+  EXPECT_EQ(sizes_of("process_kill"), "-8 8 -4 8 ");          // pid, bytes, signal, domain
+  EXPECT_EQ(sizes_of("process_release"), "-8 8 8 4 8 8 ");    // pid, bytes, result, tries, wait_ns, domain
+#else
+  GTEST_SKIP() << "built without USDT probes (TEARDOWN_TRACE_USDT is 0)";
+#endif
 }
 
 // ---- bad input ------------------------------------------------------------------------------------

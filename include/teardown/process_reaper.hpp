@@ -289,7 +289,7 @@ inline bool wait_for_exit(int pidfd, std::chrono::nanoseconds timeout) noexcept 
 // 0 if /proc cannot tell. The caller checks afterwards that the pid still named its process.
 inline std::uint64_t anonymous_rss_bytes(pid_t pid) noexcept {
   char path[40];
-  std::snprintf(path, sizeof path, "/proc/%d/statm", static_cast<int>(pid));
+  std::snprintf(path, sizeof path, "/proc/%ld/statm", static_cast<long>(pid));
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char text[160];
