@@ -67,7 +67,8 @@
 //                  refused because another process that is not exiting shares the mm (a CLONE_VM
 //                  helper, such as enable_shadow_teardown()'s, or a vfork child). That process
 //                  frees the memory when it exits; the library cannot see when. After any other
-//                  signal the two causes look alike, and such a victim counts as raced.
+//                  signal the two causes look alike, and such a victim counts as raced. A
+//                  victim that has not detached within the retries counts as not_dying.
 //   unsupported    ENOSYS (Linux before 5.15, or a seccomp filter): the worker waits on the pidfd
 //                  for the exit instead (at most exit_wait), and calls process_mrelease no more
 //                  (stats().mrelease_supported turns false).
