@@ -15,6 +15,9 @@
 //           reap   (id, charged_cost, live_cost, cpu, wait_ns, domain)   arg5 = domain
 //           sync   (id, cost, reason, domain)                            arg3 = domain
 //           reject (id, cost, pending, cap, domain)                      arg4 = domain
+//         and, from a supervisor's process_reaper (process_reaper.hpp), two more:
+//           process_kill    (pid, bytes, signal, domain)                     arg3 = domain
+//           process_release (pid, bytes, result, tries, wait_ns, domain)     arg5 = domain
 //   hook  A program may install up to max_hooks (8) functions per event at run time
 //         (add_hook), each removable on its own (remove_hook). Each event's hooks sit behind
 //         a static_key that is on while any is installed, so an unhooked event costs one
@@ -149,10 +152,30 @@ struct reject_event {
   std::uint64_t domain;
 };
 
-/// The four events, the only ones hooks can be installed for.
+/// A process_reaper sent a signal to a process (process_reaper.hpp), after charging its RSS.
+struct process_kill_event {
+  std::int64_t pid;
+  std::uint64_t bytes;   // its anonymous RSS read just before the signal: the charge
+  int signal;
+  std::uint64_t domain;
+};
+
+/// A process_reaper is done with a killed process; result is a static string ("released",
+/// "raced", "unsupported", "not_permitted", "shared_mm", "not_dying", "failed").
+struct process_release_event {
+  std::int64_t pid;
+  std::uint64_t bytes;    // the charge taken at kill time (released now)
+  const char* result;
+  std::uint32_t tries;    // process_mrelease calls made for it
+  std::uint64_t wait_ns;  // from the signal to now
+  std::uint64_t domain;
+};
+
+/// The events hooks can be installed for.
 template <class Event>
 concept event = std::is_same_v<Event, queue_event> || std::is_same_v<Event, reap_event> ||
-                std::is_same_v<Event, sync_event> || std::is_same_v<Event, reject_event>;
+                std::is_same_v<Event, sync_event> || std::is_same_v<Event, reject_event> ||
+                std::is_same_v<Event, process_kill_event> || std::is_same_v<Event, process_release_event>;
 
 template <class Event>
 using hook = void (*)(const Event&);
@@ -239,6 +262,8 @@ inline void forget_in_flight_after_fork() noexcept {
   hook_slot<reap_event>::forget_in_flight();
   hook_slot<sync_event>::forget_in_flight();
   hook_slot<reject_event>::forget_in_flight();
+  hook_slot<process_kill_event>::forget_in_flight();
+  hook_slot<process_release_event>::forget_in_flight();
 }
 
 // Once per process (per copy of this header), from the first install: the child handler only.
@@ -249,7 +274,8 @@ inline void register_fork_handler() {
 
 }  // namespace detail
 
-/// Installs fn as one more hook for Event (queue_event, reap_event, sync_event, reject_event).
+/// Installs fn as one more hook for Event (queue_event, reap_event, sync_event, reject_event,
+/// process_kill_event, process_release_event).
 /// Throws, changing nothing, std::invalid_argument if fn is nullptr or already installed for
 /// Event, std::length_error if Event already has max_hooks hooks (std::system_error if the
 /// fork handler cannot be registered). May block briefly behind another writer. Safe from a hook.
@@ -373,6 +399,21 @@ inline void reject(std::uint64_t id, std::uint64_t cost, std::uint64_t pending, 
   TEARDOWN_TRACE(reject, id, cost, pending, cap, domain);
   if (hooked<reject_event>()) [[unlikely]] {
     detail::hook_slot<reject_event>::call(reject_event{id, cost, pending, cap, domain});
+  }
+}
+
+inline void process_kill(std::int64_t pid, std::uint64_t bytes, int signal, std::uint64_t domain = 0) noexcept {
+  TEARDOWN_TRACE(process_kill, pid, bytes, signal, domain);
+  if (hooked<process_kill_event>()) [[unlikely]] {
+    detail::hook_slot<process_kill_event>::call(process_kill_event{pid, bytes, signal, domain});
+  }
+}
+
+inline void process_release(std::int64_t pid, std::uint64_t bytes, const char* result, std::uint32_t tries,
+                            std::uint64_t wait_ns, std::uint64_t domain = 0) noexcept {
+  TEARDOWN_TRACE(process_release, pid, bytes, result, tries, wait_ns, domain);
+  if (hooked<process_release_event>()) [[unlikely]] {
+    detail::hook_slot<process_release_event>::call(process_release_event{pid, bytes, result, tries, wait_ns, domain});
   }
 }
 
