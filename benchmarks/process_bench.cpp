@@ -1,21 +1,30 @@
-// process_bench — what teardown::process::enable_shadow_teardown() (process.hpp) buys a waiter,
-// and where the cost went. A plain program, not Google Benchmark: each measurement is a real
-// process populated with gigabytes, repeated (--reps) and summarised as median / min / max. JSON
-// on stdout (or --out); progress and a table on stderr.
+// process_bench — what a waiter gains from shadow teardown (process.hpp) and a supervisor from
+// process_mrelease (process_reaper.hpp), and where the cost went. A plain program, not Google
+// Benchmark: each measurement is a real process populated with gigabytes, repeated (--reps) and
+// summarised as median / min / max. JSON on stdout (or --out); progress and a table on stderr.
 //
-//   process_bench [--sizes 1,2] [--reps 3] [--quick] [--out FILE] [--mem-fraction F] [--no-thp]
-//     --sizes LIST   GiB each program populates (default 1,2); --quick: 0.25 and 1 repetition
-//     --reps N       repetitions (default 3); within each, the three kinds of program (below)
-//                    take turns, so that drift hits them alike
+//   process_bench [--sizes 1,4] [--reps 3] [--quick] [--out FILE] [--mem-fraction F] [--no-thp]
+//     --sizes LIST   GiB each program populates (default 1,4); --quick: 0.25 and 1 repetition
+//     --reps N       repetitions (default 3); within each, the techniques (below) take turns, so
+//                    that drift hits them alike
 //     --mem-fraction populate at most F of MemAvailable (default 0.6); a size above is skipped
 //     --no-thp       PR_SET_THP_DISABLE for the programs: 4 KiB pages whatever the system says
 //                    (the default leaves the system's setting, recorded in "machine")
 //
-// Three kinds of program take turns: "none" (no helper), "nice19" (enable_shadow_teardown() with
-// the default options: the helper at nice 19) and "idle" (with sched_idle = true: the helper in
-// SCHED_IDLE). One measurement: a fork()ed program (with a helper: enable_shadow_teardown()
-// first, timed as enable_us) maps --sizes GiB of anonymous memory, touches every page, reports
-// and blocks. Then, from this process:
+// Five techniques take turns. The program side: "none" (no helper), "nice19"
+// (enable_shadow_teardown() with the default options: the helper at nice 19) or "idle" (with
+// sched_idle = true: the helper in SCHED_IDLE). The supervisor side: kill(2) from this process,
+// or ("mrelease": true) a process_reaper's kill(): pidfd_send_signal, then process_mrelease on
+// its worker thread, which reaps the anonymous memory while the program exits.
+//   kill              none,   kill(2)           the baseline: the exit pays for the teardown
+//   kill+mrelease     none,   process_reaper    what Android's lmkd does
+//   shadow            nice19, kill(2)
+//   shadow-idle       idle,   kill(2)
+//   shadow+mrelease   nice19, process_reaper    the kernel refuses (EINVAL: the helper shares
+//                                               the mm and is not dying); counted as shared_mm
+// One measurement: a fork()ed program (with a helper: enable_shadow_teardown() first, timed as
+// enable_us) maps --sizes GiB of anonymous memory, touches every page, reports and blocks. Then,
+// from this process:
 //   kill_to_waitpid_ms  SIGKILL -> waitpid() returning: what a supervisor, a shell or a test
 //                       harness waits for. Without a helper this includes the whole teardown.
 //   held_at_waitpid_gib how much of the program's memory was still not free when waitpid()
@@ -25,15 +34,19 @@
 //                       GiB, a repetition that hits the bound counts it, memory_back_timeouts).
 //   helper_gone_ms      with a helper: SIGKILL -> the helper has exited (gone from /proc or a
 //                       zombie), i.e. its teardown is done.
+//   outcomes            with mrelease: what the reaper's worker saw, summed over the repetitions
+//                       (process_reaper_stats: released, raced, shared_mm, ...).
 // Free memory is MemAvailable plus the pages on the per-CPU free lists (/proc/zoneinfo
 // "count:"), which MemAvailable leaves out and which can hold hundreds of MiB per CPU since
-// Linux 6.7 (exit_matrix.cpp's memory_gauge explains it). memory_back_ms says the teardown cost
-// did not vanish: it moved off the waiter's path, and the memory comes back no sooner.
+// Linux 6.7 (exit_matrix.cpp's memory_gauge explains it). memory_back_ms says whether the
+// teardown cost vanished or only moved off the waiter's path.
 //
 // JSON: {"benchmark": "process_bench", "machine": {...}, "config": {...},
-//        "rows": [{"size_gib", "helper" ("none" | "nice19" | "idle"), "reps", "kill_to_waitpid_ms" {S}, "held_at_waitpid_gib" {S},
+//        "rows": [{"size_gib", "technique", "helper" ("none" | "nice19" | "idle"), "mrelease",
+//                  "reps", "kill_to_waitpid_ms" {S}, "held_at_waitpid_gib" {S},
 //                  "memory_back_ms" {S}, ["helper_gone_ms" {S}, "enable_us" {S}],
-//                  ["memory_back_timeouts"], ["skipped"]}]}       {S} = {"median", "min", "max"}
+//                  ["outcomes" {...}], ["memory_back_timeouts"], ["skipped"]}]}
+//        {S} = {"median", "min", "max"}
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -49,6 +62,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -59,6 +73,7 @@
 #include <vector>
 
 #include "teardown/process.hpp"
+#include "teardown/process_reaper.hpp"
 
 #include "machine_info.hpp"
 #include "macro_support.hpp"
@@ -78,7 +93,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // ---- options --------------------------------------------------------------------------------
 
 struct options {
-  std::vector<double> sizes_gib{1, 2};
+  std::vector<double> sizes_gib{1, 4};
   int reps = 3;
   double mem_fraction = 0.6;
   bool quick = false;
@@ -87,8 +102,8 @@ struct options {
 };
 
 constexpr const char* kUsage =
-    "usage: process_bench [--sizes 1,2] [--reps 3] [--quick] [--out FILE] [--mem-fraction F] [--no-thp]\n"
-    "  --sizes LIST      GiB each program populates (default 1,2)\n"
+    "usage: process_bench [--sizes 1,4] [--reps 3] [--quick] [--out FILE] [--mem-fraction F] [--no-thp]\n"
+    "  --sizes LIST      GiB each program populates (default 1,4)\n"
     "  --reps N          repetitions (default 3)\n"
     "  --quick           0.25 GiB, 1 repetition (explicit flags win)\n"
     "  --out FILE        write the JSON there (default: stdout)\n"
@@ -178,11 +193,23 @@ struct program_report {
 
 // The program: a fork()ed child of this single-threaded benchmark. Never returns.
 enum class helper_kind { none, nice19, idle };
-constexpr helper_kind kKinds[] = {helper_kind::none, helper_kind::nice19, helper_kind::idle};
 
 const char* kind_name(helper_kind kind) {
   return kind == helper_kind::none ? "none" : kind == helper_kind::nice19 ? "nice19" : "idle";
 }
+
+// The program's side (a helper or not) and the supervisor's (kill(2), or a process_reaper).
+struct technique {
+  const char* name;
+  helper_kind helper;
+  bool mrelease;
+};
+constexpr technique kTechniques[] = {
+    {"kill", helper_kind::none, false},     {"kill+mrelease", helper_kind::none, true},
+    {"shadow", helper_kind::nice19, false}, {"shadow-idle", helper_kind::idle, false},
+    {"shadow+mrelease", helper_kind::nice19, true},
+};
+constexpr int kTechniqueCount = static_cast<int>(std::size(kTechniques));
 
 [[noreturn]] void program_main(int report_fd, std::size_t bytes, helper_kind kind, bool no_thp) {
   // Dies with the benchmark, whatever happens to it.
@@ -223,7 +250,8 @@ struct sample {
   bool memory_back_timed_out = false;
 };
 
-sample measure(double bytes, helper_kind kind, bool no_thp) {
+// killer: the process_reaper for the mrelease techniques, null for kill(2).
+sample measure(double bytes, helper_kind kind, bool no_thp, teardown::process::process_reaper* killer) {
   const bool shadow = kind != helper_kind::none;
   const std::uint64_t before = free_bytes();
   int fds[2];
@@ -261,8 +289,15 @@ sample measure(double bytes, helper_kind kind, bool no_thp) {
 
   sample s;
   s.enable_us = report.enable_us;
+  // The pidfd is opened before the clock starts: a supervisor holds one from the spawn.
+  std::optional<teardown::process::pidfd_process> pidfd;
+  if (killer != nullptr) pidfd = teardown::process::pidfd_process::adopt(program);
   const auto start = clock_type::now();
-  kill(program, SIGKILL);
+  if (killer != nullptr) {
+    killer->kill(*pidfd);
+  } else {
+    kill(program, SIGKILL);
+  }
   while (waitpid(program, nullptr, 0) < 0 && errno == EINTR) {
   }
   guard.reaped = true;
@@ -289,11 +324,39 @@ sample measure(double bytes, helper_kind kind, bool no_thp) {
     kill(report.helper, SIGKILL);
     throw std::runtime_error("the helper outlived its program");
   }
+  if (killer != nullptr) killer->flush();  // its worker is done with this one before the next
   s.memory_back_timed_out = !memory_back;
   s.memory_back_ms = ms_between(start, memory_back.value_or(clock_type::now()));
   if (shadow) s.helper_gone_ms = ms_between(start, *helper_gone);
   return s;
 }
+
+// What the process_reaper's worker saw for one technique: stats() differences, summed.
+struct outcome_counts {
+  std::uint64_t released = 0, raced = 0, shared_mm = 0, not_dying = 0, other = 0;
+
+  void add(const teardown::process::process_reaper_stats& before, const teardown::process::process_reaper_stats& after) {
+    released += after.released - before.released;
+    raced += after.raced - before.raced;
+    shared_mm += after.shared_mm - before.shared_mm;
+    not_dying += after.not_dying - before.not_dying;
+    other += (after.unsupported - before.unsupported) + (after.not_permitted - before.not_permitted) +
+             (after.failed - before.failed);
+  }
+  json_object json() const {
+    return json_object()
+        .set("released", released)
+        .set("raced", raced)
+        .set("shared_mm", shared_mm)
+        .set("not_dying", not_dying)
+        .set("other", other);
+  }
+  std::string text() const {
+    return strprintf("released %llu raced %llu shared_mm %llu other %llu", static_cast<unsigned long long>(released),
+                     static_cast<unsigned long long>(raced), static_cast<unsigned long long>(shared_mm),
+                     static_cast<unsigned long long>(not_dying + other));
+  }
+};
 
 // ---- the machine ------------------------------------------------------------------------------
 
@@ -319,6 +382,8 @@ int main(int argc, char** argv) {
   }
   try {
     const json_object machine_json = machine();
+    // One supervisor's reaper for every mrelease measurement (nice 0, its default).
+    teardown::process::process_reaper killer;
     std::vector<json_object> rows;
     std::vector<std::string> table;
     const auto run_start = clock_type::now();
@@ -329,14 +394,18 @@ int main(int argc, char** argv) {
       if (bytes > opts.mem_fraction * available) {
         skipped = strprintf("%.3g GiB is more than %.2f of MemAvailable (%.1f GiB)", gib, opts.mem_fraction, available / kGiB);
       }
-      std::vector<sample> samples[3];  // by helper_kind
+      std::vector<sample> samples[kTechniqueCount];
+      outcome_counts outcomes[kTechniqueCount];
       for (int rep = 0; rep < opts.reps && !skipped; ++rep) {
-        for (const helper_kind kind : kKinds) {
-          const bool shadow = kind != helper_kind::none;
-          progress("%.3g GiB, helper %s, rep %d/%d: ", gib, kind_name(kind), rep + 1, opts.reps);
+        for (int t = 0; t < kTechniqueCount; ++t) {
+          const technique& tech = kTechniques[t];
+          const bool shadow = tech.helper != helper_kind::none;
+          progress("%.3g GiB, %s, rep %d/%d: ", gib, tech.name, rep + 1, opts.reps);
           try {
-            const sample s = measure(bytes, kind, opts.no_thp);
-            samples[static_cast<int>(kind)].push_back(s);
+            const teardown::process::process_reaper_stats before = killer.stats();
+            const sample s = measure(bytes, tech.helper, opts.no_thp, tech.mrelease ? &killer : nullptr);
+            if (tech.mrelease) outcomes[t].add(before, killer.stats());
+            samples[t].push_back(s);
             progress("kill->waitpid %.2f ms, held at waitpid %.2f GiB, memory back %.1f ms", s.kill_to_waitpid_ms,
                      s.held_at_waitpid_gib, s.memory_back_ms);
             if (shadow) progress(", helper gone %.1f ms, enable %.0f us", s.helper_gone_ms, s.enable_us);
@@ -348,16 +417,18 @@ int main(int argc, char** argv) {
           }
         }
       }
-      for (const helper_kind kind : kKinds) {
-        const bool shadow = kind != helper_kind::none;
-        const std::vector<sample>& got = samples[static_cast<int>(kind)];
+      for (int t = 0; t < kTechniqueCount; ++t) {
+        const technique& tech = kTechniques[t];
+        const bool shadow = tech.helper != helper_kind::none;
+        const std::vector<sample>& got = samples[t];
         auto pick = [&](double sample::*field) {
           std::vector<double> values;
           for (const sample& s : got) values.push_back(s.*field);
           return summarize(values);
         };
         json_object row;
-        row.set("size_gib", gib).set("helper", kind_name(kind)).set("reps", static_cast<int>(got.size()));
+        row.set("size_gib", gib).set("technique", tech.name).set("helper", kind_name(tech.helper))
+            .set("mrelease", tech.mrelease).set("reps", static_cast<int>(got.size()));
         if (skipped) row.set("skipped", *skipped);
         if (!got.empty()) {
           const summary waitpid_ms = pick(&sample::kill_to_waitpid_ms);
@@ -370,14 +441,15 @@ int main(int argc, char** argv) {
             row.set("helper_gone_ms", helper).set("enable_us", pick(&sample::enable_us));
             gone = strprintf("%14.1f", helper.median);
           }
+          if (tech.mrelease) row.set("outcomes", outcomes[t].json());
           const int timeouts = static_cast<int>(
               std::count_if(got.begin(), got.end(), [](const sample& s) { return s.memory_back_timed_out; }));
           if (timeouts != 0) row.set("memory_back_timeouts", timeouts);
-          table.push_back(strprintf("%6.3g  %-6s  %8.2f [%8.2f, %8.2f]  %8.2f  %14.1f  %s", gib, kind_name(kind),
+          table.push_back(strprintf("%6.3g  %-15s  %8.2f [%8.2f, %8.2f]  %8.2f  %14.1f  %s  %s", gib, tech.name,
                                     waitpid_ms.median, waitpid_ms.min, waitpid_ms.max, held.median, back.median,
-                                    gone.c_str()));
+                                    gone.c_str(), tech.mrelease ? outcomes[t].text().c_str() : ""));
         } else if (skipped) {
-          table.push_back(strprintf("%6.3g  %-6s  skipped: %s", gib, kind_name(kind), skipped->c_str()));
+          table.push_back(strprintf("%6.3g  %-15s  skipped: %s", gib, tech.name, skipped->c_str()));
         }
         rows.push_back(std::move(row));
       }
@@ -389,14 +461,15 @@ int main(int argc, char** argv) {
         .set("note",
              "Real fork()ed programs, anonymous memory touched page by page, killed with SIGKILL. "
              "helper nice19: the program called teardown::process::enable_shadow_teardown() first (default "
-             "options: the helper at nice 19); idle: with sched_idle = true (SCHED_IDLE). Free memory = "
+             "options: the helper at nice 19); idle: with sched_idle = true (SCHED_IDLE). mrelease: killed by a "
+             "teardown::process::process_reaper (pidfd_send_signal, then process_mrelease on its worker). Free memory = "
              "MemAvailable + per-CPU free list pages (/proc/zoneinfo count:). Times from the SIGKILL.");
     const std::string json = teardown_bench::rows_document("process_bench", machine_json, config, rows);
 
     std::fprintf(stderr,
                  "\nprocess_bench: medians of %d repetitions; times in ms from the SIGKILL; held GiB: not yet free when\n"
                  "waitpid() returned\n"
-                 "   GiB  helper  kill->waitpid ms [min, max]      held GiB  memory back ms  helper gone ms\n",
+                 "   GiB  technique        kill->waitpid ms [min, max]      held GiB  memory back ms  helper gone ms  mrelease\n",
                  opts.reps);
     for (const std::string& line : table) std::fprintf(stderr, "%s\n", line.c_str());
     std::fprintf(stderr, "total %.1f s\n", ms_between(run_start, clock_type::now()) / 1e3);

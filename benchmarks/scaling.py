@@ -90,15 +90,16 @@ def pool_table(doc):
 
 
 def process_table(doc):
-    lines = ["| GiB | helper | kill → waitpid (ms) | held at waitpid (GiB) | memory back (ms) | "
+    lines = ["| GiB | technique | kill → waitpid (ms) | held at waitpid (GiB) | memory back (ms) | "
              "helper gone (ms) |", "|---:|---|---:|---:|---:|---:|"]
     for row in doc.get("rows", []):
+        name = row.get("technique", row["helper"])
         if "skipped" in row:
-            lines.append(f"| {row['size_gib']:g} | {row['helper']} | skipped: {row['skipped']} "
+            lines.append(f"| {row['size_gib']:g} | {name} | skipped: {row['skipped']} "
                          "| | | |")
             continue
         gone = spread(row["helper_gone_ms"]) if "helper_gone_ms" in row else "–"
-        lines.append(f"| {row['size_gib']:g} | {row['helper']} | "
+        lines.append(f"| {row['size_gib']:g} | {name} | "
                      f"{spread(row['kill_to_waitpid_ms'])} | "
                      f"{row['held_at_waitpid_gib']['median']:.2f} | "
                      f"{spread(row['memory_back_ms'])} | {gone} |")
@@ -120,7 +121,8 @@ def main(argv):
         print("**reaper_pool: drain rate of M concurrent teardowns** (`pool_bench`)\n")
         print("\n".join(lines) + "\n")
     if (doc := load(out_dir / "process_bench.json")):
-        print("**Shadow teardown: kill → waitpid** (`process_bench`; medians [min, max])\n")
+        print("**Killing a big process: kill → waitpid, shadow teardown and process_mrelease** "
+              "(`process_bench`; medians [min, max])\n")
         print("\n".join(process_table(doc)) + "\n")
     print("The many-core goals in this run:\n")
     print(f"- sharded / single-head ns per push at {producers} producers: " +

@@ -541,6 +541,59 @@ TEST_F(ProcessReaperTest, KillWhoseChargeDoesNotFitReleasesOnTheCaller) {
   EXPECT_EQ(victim.wait().signal, SIGKILL);
 }
 
+// process_mrelease behind a gate the test opens: holds the worker inside a release.
+struct release_gate {
+  static inline std::atomic<bool> open{false};
+  static inline std::atomic<int> calls{0};
+  static int mrelease(int pidfd, unsigned flags) {
+    calls.fetch_add(1);
+    while (!open.load()) std::this_thread::sleep_for(1ms);
+    return teardown::process::process_mrelease_syscall(pidfd, flags);
+  }
+  static void close() {
+    open.store(false);
+    calls.store(0);
+  }
+};
+
+// lmkd's order: the worker sends the signal and calls process_mrelease right after, so a
+// victim queued behind a release in progress is not signalled until the worker gets to it.
+TEST_F(ProcessReaperTest, TheWorkerSendsTheSignalRightBeforeItsRelease) {
+  release_gate::close();
+  process_reaper reaper({.mrelease = &release_gate::mrelease});
+  pidfd_process first = spawn_victim(mib);
+  pidfd_process second = spawn_victim(mib);
+  ASSERT_TRUE(reaper.kill(first));
+  ASSERT_TRUE(teardown_test::eventually([] { return release_gate::calls.load() >= 1; }));
+  ASSERT_TRUE(reaper.kill(second));
+  // The worker is held in the first one's release: nobody has signalled the second yet.
+  EXPECT_FALSE(second.exited());
+  EXPECT_FALSE(second.try_wait().has_value());
+  release_gate::open.store(true);
+  reaper.flush();
+  EXPECT_EQ(first.wait().signal, SIGKILL);
+  EXPECT_EQ(second.wait().signal, SIGKILL);
+  EXPECT_EQ(reaper.stats().killed, 2u);
+  EXPECT_EQ(reaper.stats().pending, 0u);
+}
+
+// signal_on_worker = false: kill() sends the signal itself, whatever the worker is doing.
+TEST_F(ProcessReaperTest, SignalOnTheCallerKillsBeforeKillReturns) {
+  release_gate::close();
+  process_reaper reaper({.mrelease = &release_gate::mrelease, .signal_on_worker = false});
+  pidfd_process first = spawn_victim(mib);
+  pidfd_process second = spawn_victim(mib);
+  ASSERT_TRUE(reaper.kill(first));
+  ASSERT_TRUE(teardown_test::eventually([] { return release_gate::calls.load() >= 1; }));
+  ASSERT_TRUE(reaper.kill(second));
+  EXPECT_EQ(second.wait().signal, SIGKILL);  // while the worker is still held in the first
+  EXPECT_EQ(release_gate::calls.load(), 1);
+  release_gate::open.store(true);
+  reaper.flush();
+  EXPECT_EQ(first.wait().signal, SIGKILL);
+  EXPECT_EQ(reaper.stats().pending, 0u);
+}
+
 TEST_F(ProcessReaperTest, DestructionReleasesEveryQueuedProcess) {
   gated::open = false;
   gated::entered = 0;

@@ -36,11 +36,15 @@
 //   ~pidfd_process          closes the pidfd. It never kills and never reaps: a child it names
 //                           stays a zombie until someone waits for it.
 //   process_reaper::kill    any thread, concurrently; not from the reaper's own callback (a trace
-//                           hook). Reads the RSS, charges it, sends the signal through the pidfd
-//                           and enqueues (lock-free) a copy of the pidfd; returns at once. When
-//                           the charge does not fit the budget, the release runs here, on the
-//                           caller, before kill returns (counted in over_budget): that is the
-//                           back-pressure. After stop(), and in a fork child, it runs here too.
+//                           hook). Reads the RSS, charges it, checks with signal 0 that the
+//                           process is there and may be signalled, and enqueues (lock-free) a
+//                           copy of the pidfd; returns at once. The worker sends the signal and
+//                           calls process_mrelease right after (lmkd's order, which wins the race
+//                           with the victim's exit; options.signal_on_worker = false sends it
+//                           here instead). When the charge does not fit the budget, signal and
+//                           release run here, on the caller, before kill returns (counted in
+//                           over_budget): that is the back-pressure. After stop(), and in a fork
+//                           child, they run here too.
 //   flush, stop             any thread but the worker; block (flush: until every process killed
 //                           before the call is done; stop: the same, then joins the worker).
 //   wait_for_budget         any thread but the worker; blocks until bytes_in_teardown() <= bytes
@@ -235,6 +239,12 @@ struct process_reaper_options {
   // The call itself: for tests (inject ENOSYS, EPERM, ESRCH) and for programs whose seccomp
   // filter or kernel needs another route. Called on the worker (or inline); 0 or -1 and errno.
   int (*mrelease)(int pidfd, unsigned flags) = &process_mrelease_syscall;
+  // Who sends the signal. true (lmkd's order): the worker, right before process_mrelease. It is
+  // already running when the victim starts to die, so its call reaches the mm before the
+  // victim's exit detaches it (else the call finds no mm: raced, and the exit frees it alone).
+  // The price: kill() returns before the signal is sent, and a kill queued behind a release in
+  // progress waits for it. false: kill() sends it on the caller, and the worker races the exit.
+  bool signal_on_worker = true;
 };
 
 struct process_reaper_stats {
@@ -318,6 +328,7 @@ struct killed_process {
   int signal = 0;
   std::uint64_t bytes = 0;  // the charge
   bool charged = false;     // bytes are reserved on the budget
+  bool signal_pending = false;  // the worker sends the signal (signal_on_worker)
   std::uint64_t killed_ns = 0;
   ~killed_process() {
     if (pidfd >= 0) ::close(pidfd);
@@ -572,16 +583,20 @@ inline bool process_reaper::kill(const pidfd_process& process, int signal) {
   }
   killed->bytes = bytes;
   killed->charged = budget_.try_reserve(bytes);
-  if (syscall(detail::nr_pidfd_send_signal, killed->pidfd, signal, nullptr, 0) != 0) {
-    const int error = errno;
-    if (killed->charged) budget_.release(bytes);
-    if (error == ESRCH) return false;
-    detail::throw_system_error(error, "process_reaper::kill: pidfd_send_signal(" + std::to_string(signal) + ") to pid " +
-                                   std::to_string(killed->pid));
+  // Released here (over budget) or the worker's: either way the release follows the signal at once.
+  killed->signal_pending = options_.signal_on_worker;
+  if (!killed->signal_pending) {
+    if (syscall(detail::nr_pidfd_send_signal, killed->pidfd, signal, nullptr, 0) != 0) {
+      const int error = errno;
+      if (killed->charged) budget_.release(bytes);
+      if (error == ESRCH) return false;
+      detail::throw_system_error(error, "process_reaper::kill: pidfd_send_signal(" + std::to_string(signal) +
+                                            ") to pid " + std::to_string(killed->pid));
+    }
+    killed->killed_ns = teardown::detail::monotonic_ns();
+    trace::process_kill(killed->pid, bytes, signal, trace_domain_);
   }
-  killed->killed_ns = teardown::detail::monotonic_ns();
   killed_.fetch_add(1, std::memory_order_relaxed);
-  trace::process_kill(killed->pid, bytes, signal, trace_domain_);
   if (!killed->charged) {
     over_budget_.fetch_add(1, std::memory_order_relaxed);
     finish(*killed.release());  // here, on the caller: the back-pressure
@@ -594,6 +609,18 @@ inline bool process_reaper::kill(const pidfd_process& process, int signal) {
 // The protocol of "What the worker does with each killed process".
 inline release_result process_reaper::release_memory(item& killed, std::uint32_t& tries) noexcept {
   const auto wait_for_exit = [&] { (void)detail::wait_for_exit(killed.pidfd, options_.exit_wait); };
+  if (killed.signal_pending) {
+    // kill() checked with signal 0 that the process was there and that we may signal it; what
+    // changed since is counted, never thrown: a process reaped meanwhile (ESRCH) exited on its
+    // own and is raced; a refusal now (its credentials changed) is not_permitted.
+    if (syscall(detail::nr_pidfd_send_signal, killed.pidfd, killed.signal, nullptr, 0) != 0) {
+      const int error = errno;
+      if (error == ESRCH) return release_result::raced;
+      return error == EPERM ? release_result::not_permitted : release_result::failed;
+    }
+    killed.killed_ns = teardown::detail::monotonic_ns();
+    trace::process_kill(killed.pid, killed.bytes, killed.signal, trace_domain_);
+  }
   if (!mrelease_supported_.load(std::memory_order_relaxed)) {
     wait_for_exit();
     return release_result::unsupported;
