@@ -577,9 +577,9 @@ TEST_F(ShadowPreloadTest, NiceAndIdleReachTheHelper) {
   const pid_t program = p.expect("ready");
   const pid_t helper = only_helper(program);
   ASSERT_NE(helper, 0);
-  std::istringstream fields(read_text("/proc/" + std::to_string(helper) + "/stat").substr(
-      read_text("/proc/" + std::to_string(helper) + "/stat").rfind(')') + 2));
-  std::vector<std::string> stat{"", "", ""};  // fields 1 and 2 are before the ')'
+  const std::string text = read_text("/proc/" + std::to_string(helper) + "/stat");
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::vector<std::string> stat{"", "", ""};  // numbered as in proc(5): 1 and 2 precede the ')'
   for (std::string field; fields >> field;) stat.push_back(field);
   ASSERT_GT(stat.size(), 41u);
   EXPECT_EQ(stat[19], "7") << "nice";
