@@ -1,0 +1,114 @@
+// libteardown_shadow.so — shadow teardown (teardown/process.hpp) for a program that was not
+// written for it: preloaded (LD_PRELOAD, which teardown-run sets), its constructor calls
+// enable_shadow_teardown() before the program's main() runs.
+//
+// Environment (read once, in the constructor):
+//   TEARDOWN_SHADOW=0        do nothing in this process (an opt-out for one program, or for the
+//                            children of a program that run with an edited environment).
+//   TEARDOWN_SHADOW_NICE=N   the helper's nice value, -20..19 (default 19).
+//   TEARDOWN_SHADOW_IDLE=1   the helper runs in SCHED_IDLE (0 or 1; default 0).
+// A value that is not one of these, or an enable_shadow_teardown() that fails (valgrind:
+// ENOTSUP, a sandbox that refuses clone(CLONE_VM)), prints one line on stderr; the program then
+// runs unchanged, without a helper. Nothing here ever ends or stops the program.
+//
+// Where it goes: every process that loads this object gets its own helper. The dynamic loader
+// loads it into each program image started with it in LD_PRELOAD, and the variable is inherited:
+//   - exec(): the old image's helper exits (its pipe is close-on-exec) and frees the old image;
+//     the new image loads this object again and gets a new helper (process.hpp, "exec()").
+//   - fork(): the child has no helper (process.hpp's fork handler), until it exec()s.
+//   - threads: one helper per process, whichever threads come and go.
+//   - setuid and setgid programs ignore LD_PRELOAD with a '/' in it, and statically linked
+//     programs have no loader: those run without a helper.
+//
+// Built without sanitizers in every preset (a sanitizer's runtime must be the first object of a
+// process, which a preloaded object into an uninstrumented program can never be), with
+// libstdc++ and libgcc linked in statically and every symbol local (tools/CMakeLists.txt says
+// why): the host sees a constructor and nothing else.
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "teardown/process.hpp"
+
+namespace {
+
+// One line on stderr, with one writev(2): stdio is the program's, and this allocates nothing.
+void say(std::string_view text) noexcept {
+  constexpr std::string_view prefix = "libteardown_shadow.so: ";
+  constexpr std::string_view suffix = "; the program runs without shadow teardown\n";
+  iovec parts[3] = {{const_cast<char*>(prefix.data()), prefix.size()},
+                    {const_cast<char*>(text.data()), text.size()},
+                    {const_cast<char*>(suffix.data()), suffix.size()}};
+  while (writev(STDERR_FILENO, parts, 3) < 0 && errno == EINTR) {
+  }
+}
+
+// The integer in `text` if it is one in [low, high], whole (no blanks, no trailing bytes).
+bool parse_int(std::string_view text, long low, long high, long& value) {
+  if (text.empty() || text.size() > 20 || !(text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9'))) {
+    return false;  // strtol would skip leading blanks
+  }
+  const std::string copy(text);
+  char* end = nullptr;
+  errno = 0;
+  const long parsed = std::strtol(copy.c_str(), &end, 10);
+  if (errno != 0 || end != copy.c_str() + copy.size() || parsed < low || parsed > high) return false;
+  value = parsed;
+  return true;
+}
+
+// The options from the environment; false (and one line said) if a value is bad.
+bool options_from_environment(teardown::process::shadow_options& options) {
+  if (const char* nice = std::getenv("TEARDOWN_SHADOW_NICE"); nice != nullptr) {
+    long value = 0;
+    if (!parse_int(nice, -20, 19, value)) {
+      say(std::string("TEARDOWN_SHADOW_NICE=\"") + nice + "\" is not an integer in [-20, 19]");
+      return false;
+    }
+    options.nice = static_cast<int>(value);
+  }
+  if (const char* idle = std::getenv("TEARDOWN_SHADOW_IDLE"); idle != nullptr) {
+    const std::string_view text(idle);
+    if (text != "0" && text != "1") {
+      say(std::string("TEARDOWN_SHADOW_IDLE=\"") + idle + "\" is neither 0 nor 1");
+      return false;
+    }
+    options.sched_idle = text == "1";
+  }
+  return true;
+}
+
+// Everything is caught here: an exception must never leave this object (the host may be C, and
+// nothing above us could catch it).
+void enable_from_environment() noexcept {
+  const int saved_errno = errno;  // the program's startup must see what it would have seen
+  try {
+    const char* enabled = std::getenv("TEARDOWN_SHADOW");
+    if (enabled != nullptr && std::string_view(enabled) != "1") {
+      if (std::string_view(enabled) != "0") {
+        say(std::string("TEARDOWN_SHADOW=\"") + enabled + "\" is neither 0 nor 1");
+      }
+    } else {
+      teardown::process::shadow_options options;
+      if (options_from_environment(options)) (void)teardown::process::enable_shadow_teardown(options);
+    }
+  } catch (const std::exception& e) {
+    say(e.what());
+  } catch (...) {
+    say("enable_shadow_teardown failed");
+  }
+  errno = saved_errno;
+}
+
+// Runs once the loader has set up libc and this object, before the program's main(): the helper
+// exists before the program allocates much.
+__attribute__((constructor)) void teardown_shadow_constructor() noexcept { enable_from_environment(); }
+
+}  // namespace
