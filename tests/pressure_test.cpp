@@ -395,11 +395,13 @@ TEST(PressurePolicyTest, PressureThawsRaisesPriorityLowersTheCapAndReliefPutsItA
   injected_source source;
   pressure_monitor monitor(source.options());
   destroy_log log;
+  std::vector<item> items(5);
+  item late;
+  late.id = 99;
   composition async(composition_options(1'000), item_traits{&log});
   ASSERT_EQ(async.worker_nice(), 19);
   async.freeze();
   async.freeze();  // two levels: both undone, both put back
-  std::vector<item> items(5);
   for (std::size_t i = 0; i < items.size(); ++i) {
     items[i].id = i;
     ASSERT_EQ(async.put(items[i]), teardown::decision::queued);
@@ -416,8 +418,6 @@ TEST(PressurePolicyTest, PressureThawsRaisesPriorityLowersTheCapAndReliefPutsItA
   EXPECT_EQ(async.stats().reaped, 5u);
   // The cap: new puts stay inline while pressure lasts.
   EXPECT_EQ(async.max_pending(), 0u);
-  item late;
-  late.id = 99;
   EXPECT_EQ(async.put(late), teardown::decision::sync_rejected);
   // Nice: 0 where the system allows it (here, with CAP_SYS_NICE), counted either way.
   const teardown::pressure_policy_stats during = policy.stats();
@@ -444,9 +444,9 @@ TEST(PressurePolicyTest, EachEventDrainsABoundedAmountOldestFirstOnTheMonitorThr
   injected_source source;
   pressure_monitor monitor(source.options());
   destroy_log log;
+  std::vector<item> items(6);
   composition async(composition_options(1'000), item_traits{&log});
   async.freeze();
-  std::vector<item> items(6);
   for (std::size_t i = 0; i < items.size(); ++i) {
     items[i].id = i;
     ASSERT_EQ(async.put(items[i]), teardown::decision::queued);
@@ -559,10 +559,10 @@ TEST(PressurePolicyTest, OptionsCanSwitchEachActionOff) {
   injected_source source;
   pressure_monitor monitor(source.options());
   destroy_log log;
-  composition async(composition_options(1'000), item_traits{&log});
-  async.freeze();
   item queued;
   queued.id = 1;
+  composition async(composition_options(1'000), item_traits{&log});
+  async.freeze();
   ASSERT_EQ(async.put(queued), teardown::decision::queued);
   pressure_policy policy(monitor, async,
                          {.thaw = false, .raise_priority = false, .drain_per_event = 0, .lower_cap = false});
@@ -587,10 +587,10 @@ TEST(PressurePolicyTest, EveryActionIsTracedWithTheTargetsDomain) {
   injected_source source;
   pressure_monitor monitor(source.options());
   destroy_log log;
-  composition async(composition_options(1'000), item_traits{&log});
-  async.freeze();
   item queued;
   queued.id = 1;
+  composition async(composition_options(1'000), item_traits{&log});
+  async.freeze();
   ASSERT_EQ(async.put(queued), teardown::decision::queued);
   teardown::trace::add_hook<teardown::trace::pressure_event>(&record_pressure);
   {
