@@ -5,8 +5,10 @@
 // comes only when the test sends it. Nothing asserts a time: waits are bounded (eventually()).
 #include "teardown/pressure.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,7 +17,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -305,6 +310,27 @@ TEST(PressureMonitorTest, StopIsIdempotentAndLeavesTheCallersFdOpen) {
   EXPECT_NE(fcntl(fd, F_GETFD), -1);
 }
 
+// The child shares the parent's stop eventfd: stopping its copy must not stop the parent's thread.
+TEST(PressureMonitorTest, AForkChildStoppingItsCopyLeavesTheParentsMonitorRunning) {
+  injected_source source;
+  pressure_monitor monitor(source.options());
+  counting_listener listener;
+  monitor.subscribe(listener);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(30);  // a hang shows as SIGALRM, not as a stuck test
+    monitor.stop();
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  source.signal_event();
+  EXPECT_TRUE(eventually([&] { return listener.pressures.load() == 1; }, 30s)) << "the parent's monitor stopped";
+  monitor.unsubscribe(listener);
+}
+
 // The fallback: a fake /proc/meminfo with little available memory makes every sample an event.
 TEST(PressureMonitorTest, TheSamplerCountsALowMemAvailableAsAnEvent) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pressure_test." + std::to_string(getpid()));
@@ -364,12 +390,59 @@ struct item_traits {
 
 using composition = teardown::async_teardown<item, &item::hook, item_traits>;
 
+// The kernel's nice value of this process's thread named `name` (/proc/self/task/*/stat field
+// 19), or nullopt if there is no such thread.
+std::optional<int> thread_nice(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string seen;
+    if (!std::getline(comm, seen) || seen != name) continue;
+    std::ifstream stat(task.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    std::size_t at = text.rfind(')');  // the name may hold spaces; the fields follow it
+    if (at == std::string::npos) return std::nullopt;
+    std::istringstream fields(text.substr(at + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+      if (i == 19) return std::stoi(field);
+    }
+  }
+  return std::nullopt;
+}
+
 teardown::async_teardown_options composition_options(std::uint64_t cap = 1'000) {
   teardown::async_teardown_options opts;
   opts.max_pending = cap;
   opts.sync_when_stalled = false;  // a frozen worker's backlog stays queued however long
   opts.reaper.name = "pressure_items";
   return opts;
+}
+
+TEST(PressureEntryPointsTest, ReplaceCapReplacesOnlyTheCapItExpects) {
+  teardown::budget budget(100);
+  EXPECT_FALSE(budget.replace_cap(50, 10));
+  EXPECT_EQ(budget.cap(), 100u);
+  EXPECT_TRUE(budget.replace_cap(100, 10));
+  EXPECT_EQ(budget.cap(), 10u);
+  EXPECT_THROW(budget.replace_cap(10, teardown::budget::max_cap + 1), std::invalid_argument);
+  EXPECT_EQ(budget.cap(), 10u);
+}
+
+TEST(PressureEntryPointsTest, SetWorkerNiceChangesTheWorkerThreadItself) {
+  destroy_log log;
+  composition async(composition_options(), item_traits{&log});
+  ASSERT_TRUE(eventually([] { return thread_nice("pressure_items").has_value(); }));
+  ASSERT_TRUE(eventually([] { return thread_nice("pressure_items") == 19; }));
+  EXPECT_THROW(async.set_worker_nice(20), std::invalid_argument);
+  EXPECT_THROW(async.set_worker_nice(-21), std::invalid_argument);
+  EXPECT_EQ(async.worker_nice(), 19);
+  if (!async.set_worker_nice(0)) {
+    GTEST_SKIP() << "lowering a thread's nice value is refused here (no CAP_SYS_NICE, RLIMIT_NICE 0)";
+  }
+  EXPECT_EQ(async.worker_nice(), 0);
+  EXPECT_EQ(thread_nice("pressure_items"), 0);
+  EXPECT_TRUE(async.set_worker_nice(19));
+  EXPECT_EQ(thread_nice("pressure_items"), 19);
 }
 
 TEST(PressurePolicyTest, BadOptionsAreRefusedNamingTheField) {
@@ -424,6 +497,7 @@ TEST(PressurePolicyTest, PressureThawsRaisesPriorityLowersTheCapAndReliefPutsItA
   EXPECT_EQ(during.nice_raised + during.nice_refused, 1u);
   if (during.nice_raised == 1) {
     EXPECT_EQ(async.worker_nice(), 0);
+    EXPECT_EQ(thread_nice("pressure_items"), 0);  // the thread itself, as the kernel sees it
   }
 
   source.signal_relief();
@@ -433,6 +507,7 @@ TEST(PressurePolicyTest, PressureThawsRaisesPriorityLowersTheCapAndReliefPutsItA
   EXPECT_EQ(async.max_pending(), 1'000u);
   EXPECT_EQ(after.caps_restored, 1u);
   EXPECT_EQ(async.worker_nice(), 19);
+  EXPECT_EQ(thread_nice("pressure_items"), 19);
   EXPECT_EQ(after.refrozen, 2u);
   // Frozen twice again: two thaws succeed, the third finds nothing.
   async.thaw();

@@ -66,7 +66,8 @@
 //                        Idempotent. Subscribers get no relief from it (a policy restores on its
 //                        own unsubscribe).
 //   source, window, description, stats, under_pressure   any thread; stats wait-free.
-// A fork child has no monitor thread: its subscriptions get no events.
+// A fork child has no monitor thread: its subscriptions get no events, and stop and the
+// destructor there only close the fds.
 //
 // pressure_policy<Target>: Target is an async_teardown, a deferred_domain or a model
 // basic_mm_system (its cost units: bytes, bytes, pages). The policy subscribes in its
@@ -262,9 +263,12 @@ class pressure_monitor {
     refuse_on_monitor("stop");
     const std::lock_guard lock(stop_mutex_);
     if (joined_) return;
-    const std::uint64_t one = 1;
-    (void)detail::pressure_impl::write_all(stop_fd_, reinterpret_cast<const char*>(&one), sizeof one);
-    pthread_join(thread_, nullptr);
+    // In a fork child the thread does not exist: joining it would wait for ever.
+    if (::getpid() == creator_) {
+      const std::uint64_t one = 1;
+      (void)detail::pressure_impl::write_all(stop_fd_, reinterpret_cast<const char*>(&one), sizeof one);
+      pthread_join(thread_, nullptr);
+    }
     joined_ = true;
     ::close(stop_fd_);
     close_source();
@@ -584,6 +588,7 @@ class pressure_monitor {
   int trigger_fd_ = -1;
   int stop_fd_ = -1;
   pthread_t thread_{};
+  const pid_t creator_ = ::getpid();  // the process the thread runs in
   std::mutex stop_mutex_;
   bool joined_ = false;  // guarded by stop_mutex_
 
