@@ -12,7 +12,12 @@
 //       /proc/self/clear_refs "5"; else a MemAvailable low-water mark sampled by a thread), and
 //       how many kills were queued and how many fell back to the inline teardown. Twice: with a
 //       spare CPU for the reaper, and with supervisor and reaper pinned to one CPU (no spare
-//       CPU: the nice-19 reaper falls behind, and the cap decides how much piles up).
+//       CPU: the nice-19 reaper falls behind, and the cap decides how much piles up). (c) Near
+//       a memory limit: the process in a memory cgroup of its own whose limit leaves room for
+//       old + new + one queued worker beside a page cache a thread keeps reading; the mm_reaper
+//       frozen; no cap, a static cap of S, and no cap with a pressure_policy on a real PSI
+//       trigger. Per policy: exit latency, peak held, pressure episodes, and how long memory
+//       stayed queued while the monitor reported pressure.
 //   Q2  one reaper or several. M processes of S exit at the same instant, one thread each;
 //       their teardowns run inline on those threads (today's kernel), or go to K reapers: K
 //       independent mm_systems, each with its own mm_reaper, the processes spread round-robin.
@@ -604,11 +609,10 @@ class near_limit {
   std::thread reader_;
 };
 
-// Q1 (c): the starved kill-and-respawn of (b), paced and near a memory limit, under three
-// policies: no cap, the tightest static cap that still defers a worker (S), and no cap with a
-// pressure_policy (thaw, nice 0, drain, cap 0 while PSI reports stall). Between kills the
-// supervisor keeps its CPU busy for `busy_ms` (a loaded machine), so the nice-19 reaper, on
-// the same CPU, falls behind.
+// Q1 (c): kill-and-respawn near a memory limit with the mm_reaper frozen (seed 003: a frozen
+// reaper frees nothing), under three policies: no cap, the tightest static cap that still
+// defers a worker (S), and no cap with a pressure_policy (thaw, nice 0, drain, cap 0 while PSI
+// reports stall). Between kills the supervisor keeps its CPU busy for `busy_ms`.
 json q1_pressure_table(const settings& run, double size, int reps, int shared_cpu) {
   json table = json::object();
   const std::uint64_t pages = pages_of(size);
@@ -619,7 +623,7 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
   const std::uint64_t cache = std::uint64_t(reps - 1) * bytes;
   const std::uint64_t baseline = std::uint64_t(rss_gib() * bytes_per_gib);
   const std::uint64_t limit = baseline + 3 * bytes + cache + (std::uint64_t{64} << 20);
-  const int busy_ms = 300;
+  const int busy_ms = 1000;
   int reader_cpu = -1;
   for (int cpu = 0; cpu < CPU_SETSIZE && reader_cpu < 0; ++cpu) {
     cpu_set_t set;
@@ -671,6 +675,7 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
     meter.set_baseline();
     progress(run, std::string("Q1 (c) ") + c.label + ": populating");
     auto worker = kernel->spawn(pages, backing::real);
+    kernel->freeze();  // a frozen mm_reaper (a frozen container's): only a thaw or a drain frees
     meter.reset();
     // "Queued while pressure is high": a sampler adds up the time during which the monitor
     // reports pressure and the budget holds anything.
@@ -701,7 +706,8 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
     const teardown::pressure_monitor_stats after = monitor.stats();
     worker->exit();
     pin.reset();
-    policy.reset();  // before the flush: it may still hold the cap
+    policy.reset();  // puts back what it changed: the freeze included
+    kernel->thaw();
     kernel->flush();
     progress_done(run);
     std::printf("%-10s %10.3f %10.3f %10.2f %10.2f %9llu %6llu %7llu %10.2f\n", c.label, median(exit_ms),
@@ -739,7 +745,6 @@ json question_1(const settings& run) {
               "process's peak RSS above its baseline (old + new), in GiB and in workers (S). queued / fell\n"
               "back: the kills deferred / torn down inline (vmstat). pending max: the budget's high water.\n",
               reps);
-  std::printf("\n(a) spare CPU: S = %s; the reaper may run on any of the %u CPUs.\n\n", size_label(size).c_str(), run.cpus);
   json result = json::object();
   const double near_size = fitted_gib((run.quick ? 1.0 / 16 : 0.125) * run.scale, 12, "Q1, near a limit");
   const int near_reps = run.reps > 0 ? run.reps : run.quick ? 4 : 8;
@@ -750,6 +755,7 @@ json question_1(const settings& run) {
     result["near_limit"] = q1_pressure_table(run, near_size, near_reps, shared_cpu);
     return result;
   }
+  std::printf("\n(a) spare CPU: S = %s; the reaper may run on any of the %u CPUs.\n\n", size_label(size).c_str(), run.cpus);
   result["spare_cpu"] = q1_table(run, size, reps, -1);
   std::printf("\n(b) no spare CPU: S = %s; supervisor and reaper pinned to CPU %d, so the nice-19 reaper\n"
               "runs only in what the supervisor leaves (a busy machine).\n\n",
