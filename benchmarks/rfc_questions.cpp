@@ -14,7 +14,7 @@
 //       spare CPU for the reaper, and with supervisor and reaper pinned to one CPU (no spare
 //       CPU: the nice-19 reaper falls behind, and the cap decides how much piles up). (c) Near
 //       a memory limit: the process in a memory cgroup of its own whose limit leaves room for
-//       old + new + one queued worker beside a page cache a thread keeps reading; the mm_reaper
+//       old + new beside a page cache a thread keeps reading; the mm_reaper
 //       frozen; no cap, a static cap of S, and no cap with a pressure_policy on a real PSI
 //       trigger. Per policy: exit latency, peak held, pressure episodes, and how long memory
 //       stayed queued while the monitor reported pressure.
@@ -36,6 +36,7 @@
 //   --questions 1,2,3,6   run only these
 //   --q1-pressure-only    Q1's table (c) alone: near a memory limit, no cap / static cap /
 //                      pressure_policy (needs a v1 memory cgroup it may create; else skipped)
+//   --q1-busy-ms N     Q1 (c): the supervisor's busy time after each respawn (default 1000)
 //   --out FILE         write every sample, the summaries and the machine as JSON
 //   --scale F          multiply every size by F (default 1; each size is still capped so that
 //                      what one question holds at once stays under 60% of MemAvailable)
@@ -241,6 +242,7 @@ json vmstat_json(const vmstat& v) {
 struct settings {
   bool quick = false;
   bool q1_pressure_only = false;  // Q1's table (c) alone
+  int q1_busy_ms = 1000;          // Q1 (c): the supervisor's busy time after each respawn
   double scale = 1;
   int reps = 0;  // 0: each question's default
   unsigned cpus = 1;
@@ -617,13 +619,14 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
   json table = json::object();
   const std::uint64_t pages = pages_of(size);
   const std::uint64_t bytes = pages * mm_system::page_size();
-  // The cap the limit leaves for queued memory: live + replacement + cache + (reps - 1) S spare,
-  // so that even the no-cap row cannot reach the limit with anonymous memory (no swap: that would
-  // be the OOM killer), while anything queued beyond one worker eats into the cache.
-  const std::uint64_t cache = std::uint64_t(reps - 1) * bytes;
+  // The limit leaves room for the live worker and its replacement beside a page cache of reps
+  // workers' size: every queued worker pushes that much cache out (reclaim, refaults: memory
+  // stall), and even the no-cap row, reps workers queued, stays under the limit with anonymous
+  // memory alone (no swap: past it is the OOM killer), 128 MiB to spare.
+  const std::uint64_t cache = std::uint64_t(reps) * bytes;
   const std::uint64_t baseline = std::uint64_t(rss_gib() * bytes_per_gib);
-  const std::uint64_t limit = baseline + 3 * bytes + cache + (std::uint64_t{64} << 20);
-  const int busy_ms = 1000;
+  const std::uint64_t limit = baseline + 2 * bytes + cache + (std::uint64_t{128} << 20);
+  const int busy_ms = run.q1_busy_ms;
   int reader_cpu = -1;
   for (int cpu = 0; cpu < CPU_SETSIZE && reader_cpu < 0; ++cpu) {
     cpu_set_t set;
@@ -638,7 +641,7 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
     return table;
   }
   teardown::pressure_monitor monitor;
-  std::printf("limit %s (baseline + 3 S + a page cache of %s); supervisor busy %d ms after each respawn.\n"
+  std::printf("limit %s (baseline + 2 S + a page cache of %s + 128 MiB); supervisor busy %d ms after each respawn.\n"
               "pressure source: %s\n\n",
               size_label(double(limit) / bytes_per_gib).c_str(), size_label(double(cache) / bytes_per_gib).c_str(),
               busy_ms, monitor.description().c_str());
@@ -746,8 +749,9 @@ json question_1(const settings& run) {
               "back: the kills deferred / torn down inline (vmstat). pending max: the budget's high water.\n",
               reps);
   json result = json::object();
-  const double near_size = fitted_gib((run.quick ? 1.0 / 16 : 0.125) * run.scale, 12, "Q1, near a limit");
-  const int near_reps = run.reps > 0 ? run.reps : run.quick ? 4 : 8;
+  const int near_reps = run.reps > 0 ? run.reps : run.quick ? 4 : 6;
+  const double near_size =
+      fitted_gib((run.quick ? 1.0 / 16 : 0.125) * run.scale, 2.0 * near_reps + 2, "Q1, near a limit");
   if (run.q1_pressure_only) {
     std::printf("\n(c) near a memory limit, with pressure: S = %s, %d kills per policy, supervisor and reaper on\n"
                 "CPU %d.\n",
@@ -1100,7 +1104,7 @@ json machine_json(const settings& run) {
 
 int usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s [--quick] [--questions 1,2,3,6] [--q1-pressure-only] [--out FILE] [--scale F] [--reps N]\n",
+               "usage: %s [--quick] [--questions 1,2,3,6] [--q1-pressure-only] [--q1-busy-ms N] [--out FILE] [--scale F] [--reps N]\n",
                program);
   return 2;
 }
@@ -1131,6 +1135,9 @@ int main(int argc, char** argv) {
         questions.insert(q);
         at = comma + 1;
       }
+    } else if (arg == "--q1-busy-ms" && has_value) {
+      run.q1_busy_ms = std::atoi(argv[++i]);
+      if (run.q1_busy_ms < 0) return usage(argv[0]);
     } else if (arg == "--q1-pressure-only") {
       run.q1_pressure_only = true;
       questions = {1};
