@@ -12,7 +12,12 @@
 //       /proc/self/clear_refs "5"; else a MemAvailable low-water mark sampled by a thread), and
 //       how many kills were queued and how many fell back to the inline teardown. Twice: with a
 //       spare CPU for the reaper, and with supervisor and reaper pinned to one CPU (no spare
-//       CPU: the nice-19 reaper falls behind, and the cap decides how much piles up).
+//       CPU: the nice-19 reaper falls behind, and the cap decides how much piles up). (c) Near
+//       a memory limit: the process in a memory cgroup of its own whose limit leaves room for
+//       old + new beside a page cache a thread keeps reading; the mm_reaper
+//       frozen; no cap, a static cap of S, and no cap with a pressure_policy on a real PSI
+//       trigger. Per policy: exit latency, peak held, pressure episodes, and how long memory
+//       stayed queued while the monitor reported pressure.
 //   Q2  one reaper or several. M processes of S exit at the same instant, one thread each;
 //       their teardowns run inline on those threads (today's kernel), or go to K reapers: K
 //       independent mm_systems, each with its own mm_reaper, the processes spread round-robin.
@@ -29,6 +34,9 @@
 // Flags:
 //   --quick            sizes of 32-256 MiB and few repetitions: a few seconds (a smoke test)
 //   --questions 1,2,3,6   run only these
+//   --q1-pressure-only    Q1's table (c) alone: near a memory limit, no cap / static cap /
+//                      pressure_policy (needs a v1 memory cgroup it may create; else skipped)
+//   --q1-busy-ms N     Q1 (c): the supervisor's busy time after each respawn (default 1000)
 //   --out FILE         write every sample, the summaries and the machine as JSON
 //   --scale F          multiply every size by F (default 1; each size is still capped so that
 //                      what one question holds at once stays under 60% of MemAvailable)
@@ -36,12 +44,16 @@
 //                      backlog until it has 10 freeze samples per size, at most 8 times)
 // The default run holds at most 2 GiB populated at any moment (times --scale) and takes about
 // a minute on a quiet 2-CPU machine.
+#include <teardown/memory_limit.hpp>
 #include <teardown/model/mm.hpp>
+#include <teardown/pressure.hpp>
 
 #include "machine_info.hpp"
 #include "macro_support.hpp"
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -56,6 +68,7 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <latch>
 #include <memory>
@@ -228,6 +241,8 @@ json vmstat_json(const vmstat& v) {
 
 struct settings {
   bool quick = false;
+  bool q1_pressure_only = false;  // Q1's table (c) alone
+  int q1_busy_ms = 1000;          // Q1 (c): the supervisor's busy time after each respawn
   double scale = 1;
   int reps = 0;  // 0: each question's default
   unsigned cpus = 1;
@@ -494,6 +509,232 @@ json q1_table(const settings& run, double size, int reps, int shared_cpu) {
   return table;
 }
 
+
+// ---- Q1 (c): near a memory limit, with memory pressure ----------------------------------------
+
+// Writes `text` to a cgroup file; false (with errno's text in `why`) if refused.
+bool write_cgroup_file(const std::string& path, const std::string& text, std::string& why) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = path + ": " + std::strerror(errno);
+    return false;
+  }
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (!ok) why = path + ": write " + text + ": " + std::strerror(errno);
+  ::close(fd);
+  return ok;
+}
+
+// This process in a memory cgroup of its own (a child of its v1 memory cgroup) limited to
+// `limit` bytes, with a page-cache working set a thread keeps re-reading: the memory a real
+// machine fills the rest of its limit with. When deferred memory grows, the cgroup reclaims that
+// cache (a memory stall for PSI) instead of killing, up to the limit. Undone by the destructor.
+class near_limit {
+ public:
+  bool enter(std::uint64_t limit, std::uint64_t cache_bytes, int reader_cpu, std::string& why) {
+    teardown::detail::memory_limit_impl::for_each_memory_cgroup(
+        teardown::memory_limit_sources{},
+        [&](char* dir, std::size_t length, std::size_t, teardown::detail::memory_limit_impl::version which) noexcept {
+          if (which == teardown::detail::memory_limit_impl::version::v1) parent_.assign(dir, length);
+        });
+    if (parent_.empty()) {
+      why = "no cgroup v1 memory controller for this process";
+      return false;
+    }
+    cgroup_ = parent_ + "/rfc_q1_pressure_" + std::to_string(::getpid());
+    if (::mkdir(cgroup_.c_str(), 0755) != 0) {
+      why = "mkdir " + cgroup_ + ": " + std::strerror(errno);
+      cgroup_.clear();
+      return false;
+    }
+    if (!write_cgroup_file(cgroup_ + "/memory.limit_in_bytes", std::to_string(limit), why)) return false;
+    directory_ = std::filesystem::temp_directory_path() / ("rfc_q1_pressure." + std::to_string(::getpid()));
+    std::filesystem::create_directories(directory_);
+    file_ = (directory_ / "cache").string();
+    {
+      const int fd = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0) {
+        why = file_ + ": " + std::strerror(errno);
+        return false;
+      }
+      std::vector<char> block(1 << 20, 'c');
+      for (std::uint64_t done = 0; done < cache_bytes; done += block.size()) {
+        if (::write(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size())) break;
+      }
+      (void)::fsync(fd);
+      (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // read again inside the cgroup
+      ::close(fd);
+    }
+    if (!write_cgroup_file(cgroup_ + "/cgroup.procs", "0", why)) return false;  // the whole process
+    moved_ = true;
+    reading_.store(true);
+    reader_ = std::thread([this, reader_cpu] {
+      if (reader_cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(reader_cpu, &one);
+        (void)sched_setaffinity(0, sizeof one, &one);
+      }
+      static char buffer[1 << 16];
+      while (reading_.load()) {
+        const int fd = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return;
+        while (reading_.load() && ::read(fd, buffer, sizeof buffer) > 0) {
+        }
+        ::close(fd);
+      }
+    });
+    return true;
+  }
+
+  ~near_limit() {
+    reading_.store(false);
+    if (reader_.joinable()) reader_.join();
+    std::string ignored;
+    if (moved_) (void)write_cgroup_file(parent_ + "/cgroup.procs", "0", ignored);
+    if (!cgroup_.empty()) {
+      for (int attempt = 0; attempt < 100 && ::rmdir(cgroup_.c_str()) != 0 && errno == EBUSY; ++attempt) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    if (!directory_.empty()) {
+      std::error_code error;
+      std::filesystem::remove_all(directory_, error);
+    }
+  }
+
+ private:
+  std::string parent_, cgroup_, file_;
+  std::filesystem::path directory_;
+  bool moved_ = false;
+  std::atomic<bool> reading_{false};
+  std::thread reader_;
+};
+
+// Q1 (c): kill-and-respawn near a memory limit with the mm_reaper frozen (seed 003: a frozen
+// reaper frees nothing), under three policies: no cap, the tightest static cap that still
+// defers a worker (S), and no cap with a pressure_policy (thaw, nice 0, drain, cap 0 while PSI
+// reports stall). Between kills the supervisor keeps its CPU busy for `busy_ms`.
+json q1_pressure_table(const settings& run, double size, int reps, int shared_cpu) {
+  json table = json::object();
+  const std::uint64_t pages = pages_of(size);
+  const std::uint64_t bytes = pages * mm_system::page_size();
+  // The limit leaves room for the live worker and its replacement beside a page cache of reps
+  // workers' size: every queued worker pushes that much cache out (reclaim, refaults: memory
+  // stall), and even the no-cap row, reps workers queued, stays under the limit with anonymous
+  // memory alone (no swap: past it is the OOM killer), 128 MiB to spare.
+  const std::uint64_t cache = std::uint64_t(reps) * bytes;
+  const std::uint64_t baseline = std::uint64_t(rss_gib() * bytes_per_gib);
+  const std::uint64_t limit = baseline + 2 * bytes + cache + (std::uint64_t{128} << 20);
+  const int busy_ms = run.q1_busy_ms;
+  int reader_cpu = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE && reader_cpu < 0; ++cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_ISSET(cpu, &set) && cpu != shared_cpu) reader_cpu = cpu;
+  }
+  near_limit rig;
+  std::string why;
+  if (!rig.enter(limit, cache, reader_cpu, why)) {
+    std::printf("skipped: %s\n", why.c_str());
+    table["skipped"] = why;
+    return table;
+  }
+  teardown::pressure_monitor monitor;
+  std::printf("limit %s (baseline + 2 S + a page cache of %s + 128 MiB); supervisor busy %d ms after each respawn.\n"
+              "pressure source: %s\n\n",
+              size_label(double(limit) / bytes_per_gib).c_str(), size_label(double(cache) / bytes_per_gib).c_str(),
+              busy_ms, monitor.description().c_str());
+  table["size_gib"] = size;
+  table["reps"] = reps;
+  table["limit_bytes"] = limit;
+  table["cache_bytes"] = cache;
+  table["busy_ms"] = busy_ms;
+  table["pressure_source"] = monitor.description();
+  std::printf("%-10s %10s %10s %10s %10s %9s %6s %7s %10s\n", "policy", "exit p50", "exit max", "peak held",
+              "peak held", "pressure", "queued", "fell", "queued in");
+  std::printf("%-10s %10s %10s %10s %10s %9s %6s %7s %10s\n", "", "(ms)", "(ms)", "(GiB)", "(S)", "episodes", "",
+              "back", "press. (s)");
+  struct policy_case {
+    const char* label;
+    std::uint64_t cap_pages;
+    bool pressure;
+  };
+  const std::vector<policy_case> cases = {
+      {"no cap", teardown::budget::max_cap, false},
+      {"static S", pages, false},
+      {"pressure", teardown::budget::max_cap, true},
+  };
+  json rows = json::array();
+  peak_meter meter;
+  table["peak_method"] = meter.method();
+  for (const policy_case& c : cases) {
+    const auto kernel = make_kernel(true, c.cap_pages, std::vector<int>{shared_cpu});
+    std::optional<teardown::pressure_policy<mm_system>> policy;
+    if (c.pressure) policy.emplace(monitor, *kernel);
+    const teardown::pressure_monitor_stats before = monitor.stats();
+    std::optional<pinned_thread> pin;
+    pin.emplace(shared_cpu);
+    meter.set_baseline();
+    progress(run, std::string("Q1 (c) ") + c.label + ": populating");
+    auto worker = kernel->spawn(pages, backing::real);
+    kernel->freeze();  // a frozen mm_reaper (a frozen container's): only a thaw or a drain frees
+    meter.reset();
+    // "Queued while pressure is high": a sampler adds up the time during which the monitor
+    // reports pressure and the budget holds anything.
+    std::atomic<bool> sampling{true};
+    std::atomic<std::uint64_t> queued_under_pressure_ms{0};
+    std::thread sampler([&] {
+      while (sampling.load()) {
+        if (monitor.under_pressure() && kernel->vmstat().pending_pages != 0) queued_under_pressure_ms.fetch_add(10);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+    std::vector<double> exit_ms;
+    for (int rep = 0; rep < reps; ++rep) {
+      progress(run, std::string("Q1 (c) ") + c.label + ": kill and respawn " + std::to_string(rep + 1) + "/" +
+                        std::to_string(reps));
+      const auto kill = clock_type::now();
+      worker->exit();
+      exit_ms.push_back(ms_between(kill, clock_type::now()));
+      worker = kernel->spawn(pages, backing::real);
+      const auto busy_until = clock_type::now() + std::chrono::milliseconds(busy_ms);
+      while (clock_type::now() < busy_until) {
+      }
+    }
+    const double peak = meter.peak_gib();
+    const vmstat v = kernel->vmstat();
+    sampling.store(false);
+    sampler.join();
+    const teardown::pressure_monitor_stats after = monitor.stats();
+    worker->exit();
+    pin.reset();
+    policy.reset();  // puts back what it changed: the freeze included
+    kernel->thaw();
+    kernel->flush();
+    progress_done(run);
+    std::printf("%-10s %10.3f %10.3f %10.2f %10.2f %9llu %6llu %7llu %10.2f\n", c.label, median(exit_ms),
+                maximum(exit_ms), peak, peak / size, (unsigned long long)(after.episodes - before.episodes),
+                (unsigned long long)v.queued, (unsigned long long)v.sync,
+                double(queued_under_pressure_ms.load()) / 1e3);
+    json row = json::object();
+    row["policy"] = c.label;
+    row["exit_ms"] = exit_ms;
+    row["exit_ms_median"] = median(exit_ms);
+    row["exit_ms_max"] = maximum(exit_ms);
+    row["peak_held_gib"] = peak;
+    row["peak_held_workers"] = peak / size;
+    row["pressure_episodes"] = after.episodes - before.episodes;
+    row["pressure_events"] = after.events - before.events;
+    row["queued_under_pressure_s"] = double(queued_under_pressure_ms.load()) / 1e3;
+    row["vmstat"] = vmstat_json(v);
+    rows.push(std::move(row));
+    std::this_thread::sleep_for(std::chrono::seconds(5));  // let the episode end before the next row
+  }
+  table["rows"] = std::move(rows);
+  return table;
+}
+
 json question_1(const settings& run) {
   const int reps = run.reps > 0 ? run.reps : run.quick ? 3 : 5;
   // Spare CPU: at most old + new at once. One CPU: the whole run's workers may pile up.
@@ -507,13 +748,27 @@ json question_1(const settings& run) {
               "process's peak RSS above its baseline (old + new), in GiB and in workers (S). queued / fell\n"
               "back: the kills deferred / torn down inline (vmstat). pending max: the budget's high water.\n",
               reps);
-  std::printf("\n(a) spare CPU: S = %s; the reaper may run on any of the %u CPUs.\n\n", size_label(size).c_str(), run.cpus);
   json result = json::object();
+  const int near_reps = run.reps > 0 ? run.reps : run.quick ? 4 : 6;
+  const double near_size =
+      fitted_gib((run.quick ? 1.0 / 16 : 0.125) * run.scale, 2.0 * near_reps + 2, "Q1, near a limit");
+  if (run.q1_pressure_only) {
+    std::printf("\n(c) near a memory limit, with pressure: S = %s, %d kills per policy, supervisor and reaper on\n"
+                "CPU %d.\n",
+                size_label(near_size).c_str(), near_reps, shared_cpu);
+    result["near_limit"] = q1_pressure_table(run, near_size, near_reps, shared_cpu);
+    return result;
+  }
+  std::printf("\n(a) spare CPU: S = %s; the reaper may run on any of the %u CPUs.\n\n", size_label(size).c_str(), run.cpus);
   result["spare_cpu"] = q1_table(run, size, reps, -1);
   std::printf("\n(b) no spare CPU: S = %s; supervisor and reaper pinned to CPU %d, so the nice-19 reaper\n"
               "runs only in what the supervisor leaves (a busy machine).\n\n",
               size_label(starved_size).c_str(), shared_cpu);
   result["no_spare_cpu"] = q1_table(run, starved_size, reps, shared_cpu);
+  std::printf("\n(c) near a memory limit, with pressure: S = %s, %d kills per policy, supervisor and reaper on\n"
+              "CPU %d.\n",
+              size_label(near_size).c_str(), near_reps, shared_cpu);
+  result["near_limit"] = q1_pressure_table(run, near_size, near_reps, shared_cpu);
   std::printf("\nA cap below S sends every kill inline. Above it, each multiple of S the cap allows is one more\n"
               "old worker that may still be held while its replacement faults in.\n");
   return result;
@@ -848,7 +1103,9 @@ json machine_json(const settings& run) {
 }
 
 int usage(const char* program) {
-  std::fprintf(stderr, "usage: %s [--quick] [--questions 1,2,3,6] [--out FILE] [--scale F] [--reps N]\n", program);
+  std::fprintf(stderr,
+               "usage: %s [--quick] [--questions 1,2,3,6] [--q1-pressure-only] [--q1-busy-ms N] [--out FILE] [--scale F] [--reps N]\n",
+               program);
   return 2;
 }
 
@@ -878,6 +1135,12 @@ int main(int argc, char** argv) {
         questions.insert(q);
         at = comma + 1;
       }
+    } else if (arg == "--q1-busy-ms" && has_value) {
+      run.q1_busy_ms = std::atoi(argv[++i]);
+      if (run.q1_busy_ms < 0) return usage(argv[0]);
+    } else if (arg == "--q1-pressure-only") {
+      run.q1_pressure_only = true;
+      questions = {1};
     } else if (arg == "--out" && has_value) {
       out_path = argv[++i];
     } else if (arg == "--scale" && has_value) {

@@ -101,7 +101,8 @@
 //   enable, disable, set_enabled   any thread; writers serialize (static_key). Not from a
 //                             signal handler (a mutex); nor the constructor, drain and the rest
 //                             that may block. The worker threads block signals (reaper.hpp).
-//   set_threshold, set_max_pending, set_min_concurrent, the getters, stats, stalled,
+//   worker_nice, set_worker_nice   any thread; take each worker's control mutex briefly.
+//   set_threshold, set_max_pending, replace_max_pending, set_min_concurrent, the getters, stats, stalled,
 //   reaper_statistics, worker_count, in_own_callback
 //                             any thread; wait-free (set_max_pending and set_min_concurrent
 //                             validate first and throw std::invalid_argument, changing nothing).
@@ -564,6 +565,27 @@ class async_teardown {
   /// what is pending queues nothing new until the reaper brings pending under it. On a shared
   /// budget this sets the shared cap, for every composition sharing it (see shared_budget).
   void set_max_pending(std::uint64_t cap) { budget_.set_cap(cap); }
+  /// set_max_pending(desired) only if the cap still reads `expected` (budget::replace_cap): true
+  /// if replaced. A temporary cap (pressure.hpp) is undone with it, so that a cap set meanwhile
+  /// stands. Throws std::invalid_argument, changing nothing, above budget::max_cap. Lock-free.
+  bool replace_max_pending(std::uint64_t expected, std::uint64_t desired) { return budget_.replace_cap(expected, desired); }
+
+  /// The worker(s)' nice value (reaper::nice); opts.reaper.nice until set_worker_nice.
+  int worker_nice() const {
+    if constexpr (compiled_out) return 0;
+    else return reaper_->nice();
+  }
+  /// reaper::set_nice on the worker(s): true if applied (the system may refuse a lower value).
+  /// Throws std::invalid_argument, changing nothing, outside [-20, 19]. Takes each worker's
+  /// control mutex briefly.
+  bool set_worker_nice(int value) {
+    if (value < -20 || value > 19) {
+      throw std::invalid_argument("teardown::async_teardown::set_worker_nice: nice must be in [-20, 19], got " +
+                                  std::to_string(value));
+    }
+    if constexpr (compiled_out) return true;  // no worker
+    else return reaper_->set_nice(value);
+  }
 
   /// A snapshot; see "Counters" in the header comment.
   async_teardown_stats stats() const noexcept {

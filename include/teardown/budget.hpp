@@ -14,6 +14,7 @@
 //                                     the counter in between).
 //   pending, cap, rejected, high_water   any thread; wait-free relaxed snapshots.
 //   set_cap, reset_high_water         any thread; wait-free single stores.
+//   replace_cap                       any thread; lock-free (one CAS).
 //   Signal handlers: try_reserve, reserve, release and the snapshots are async-signal-safe
 //   (lock-free atomics, nothing else). Whatever throws (the constructor, set_cap's refusal) is
 //   not: an exception allocates.
@@ -127,6 +128,13 @@ class basic_budget {
   /// Same validation as the constructor: throws std::invalid_argument, changing nothing, if
   /// cap > max_cap. Wait-free otherwise.
   void set_cap(std::uint64_t cap) { cap_.store(validated(cap, "set_cap"), std::memory_order_relaxed); }
+  /// set_cap(desired) only if the cap is still `expected` (one CAS): true if it was replaced.
+  /// Lets a temporary cap be undone without overwriting a cap someone set meanwhile. Throws
+  /// std::invalid_argument, changing nothing, if desired > max_cap. Lock-free.
+  bool replace_cap(std::uint64_t expected, std::uint64_t desired) {
+    desired = validated(desired, "replace_cap");
+    return cap_.compare_exchange_strong(expected, desired, std::memory_order_relaxed);
+  }
 
  private:
   // Blind adds above this size would let a few concurrent threads overshoot by a lot; they go

@@ -41,8 +41,9 @@
 //                       after a timeout, leaving the rest to the still-running reaper.
 //   ~deferred_domain    any thread but the domain's own reaper and its drain (a destructor it
 //                       runs that destroys the domain aborts with a message).
-//   stats, enabled, threshold, max_pending, set_threshold, trace_domain
-//                       any thread; wait-free.
+//   stats, enabled, threshold, max_pending, set_threshold, trace_domain, replace_max_pending
+//                       any thread; wait-free (replace_max_pending: lock-free).
+//   worker_nice, set_worker_nice   any thread; take the reaper's control mutex briefly.
 //   enable, disable, set_enabled, set_max_pending
 //                       any thread; writers serialize (may block briefly). set_max_pending on
 //                       a domain sharing a budget sets the shared cap.
@@ -487,6 +488,13 @@ class deferred_domain {
   /// Throws std::invalid_argument, changing nothing, above budget::max_cap. On a shared budget
   /// (default_options()) it sets the shared cap, for every domain sharing it.
   void set_max_pending(std::uint64_t bytes) { async_.set_max_pending(bytes); }
+  /// async_teardown::replace_max_pending: the cap replaced only if it still reads `expected`.
+  bool replace_max_pending(std::uint64_t expected, std::uint64_t desired) {
+    return async_.replace_max_pending(expected, desired);
+  }
+  /// The reaper's nice value, and a new one (async_teardown::set_worker_nice: true if applied).
+  int worker_nice() const { return async_.worker_nice(); }
+  bool set_worker_nice(int value) { return async_.set_worker_nice(value); }
 
   /// A snapshot; each subset is read before its superset.
   deferred_stats stats() const noexcept {

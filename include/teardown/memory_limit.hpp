@@ -248,13 +248,12 @@ inline bool relative_path(std::string_view cgroup, std::string_view mount_root, 
   return suffix.empty() || suffix.front() == '/';
 }
 
-}  // namespace detail::memory_limit_impl
-
-/// The tightest memory limit the sources show (see the header comment), in bytes; 0 if none is
-/// known.
-inline std::uint64_t memory_limit(const memory_limit_sources& sources) noexcept {
-  using namespace detail::memory_limit_impl;
-  limit_walk limits{sources.physical, sources.physical};
+// Finds the process's memory cgroup directory in each hierarchy the sources show (see "Where
+// the files are") and calls visit(dir, length, stop, which) once per hierarchy: dir is a
+// NUL-terminated buffer of max_path bytes, `length` used, `stop` the mount point's length (the
+// walk up ends there). memory_limit() and pressure.hpp's sampler and PSI lookup share it.
+template <class Visit>
+void for_each_memory_cgroup(const memory_limit_sources& sources, Visit&& visit) noexcept {
 #if defined(__linux__)
   char v2_path[max_path];
   char v1_path[max_path];
@@ -324,11 +323,26 @@ inline std::uint64_t memory_limit(const memory_limit_sources& sources) noexcept 
       std::memcpy(dir + length, suffix.data(), suffix.size());
       length += suffix.size();
       dir[length] = '\0';
-      limits.walk_up(dir, length, stop, which);
+      visit(dir, length, stop, which);
       (which == version::v2 ? v2_known : v1_known) = false;  // one mount per hierarchy
     }
   }
+#else
+  (void)sources;
+  (void)visit;
 #endif
+}
+
+}  // namespace detail::memory_limit_impl
+
+/// The tightest memory limit the sources show (see the header comment), in bytes; 0 if none is
+/// known.
+inline std::uint64_t memory_limit(const memory_limit_sources& sources) noexcept {
+  using namespace detail::memory_limit_impl;
+  limit_walk limits{sources.physical, sources.physical};
+  for_each_memory_cgroup(sources, [&](char* dir, std::size_t length, std::size_t stop, version which) noexcept {
+    limits.walk_up(dir, length, stop, which);
+  });
   return limits.tightest;
 }
 

@@ -40,6 +40,7 @@
 //                        std::logic_error (it would wait for itself). fn must not construct or
 //                        destroy a reaper: a fork() on another thread waits for fn to finish
 //                        while it holds the registry of live reapers.
+//   nice, set_nice       any thread, fn included; take the control mutex briefly.
 //   constructor, flush, freeze, thaw, stop, reap_on_caller, destructor: not async-signal-safe.
 //
 // Signals. The worker blocks every signal sent to the process from its first instruction (all
@@ -449,6 +450,25 @@ class reaper final : private detail::fork_participant {
     return await_stop(detail::deadline_after(timeout));
   }
 
+  /// The worker's nice value: the options' until set_nice changes it. Any thread; takes the
+  /// control mutex briefly.
+  int nice() const {
+    const std::lock_guard lock(control_mutex_);
+    return nice_;
+  }
+  /// Sets the worker thread's nice value (setpriority on its thread id) from now on: true if
+  /// applied, false if the system refused it (lowering it needs CAP_SYS_NICE or RLIMIT_NICE;
+  /// the value is kept either way, for a worker not yet started). Throws std::invalid_argument,
+  /// changing nothing, outside [-20, 19]. Any thread; takes the control mutex briefly.
+  bool set_nice(int value) {
+    if (value < -20 || value > 19) {
+      throw std::invalid_argument("teardown::reaper::set_nice: nice must be in [-20, 19], got " + std::to_string(value));
+    }
+    const std::lock_guard lock(control_mutex_);
+    nice_ = value;
+    return worker_tid_ == 0 || setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), value) == 0;
+  }
+
   /// True when called from this reaper's own callback: fn on its worker, or take or fn inside
   /// a reap_on_caller on this thread — where flush, freeze and stop are refused and destroying
   /// the reaper aborts. Wait-free.
@@ -645,6 +665,7 @@ class reaper final : private detail::fork_participant {
     // this (not for the join, which nobody may be doing yet).
     const std::lock_guard lock(control_mutex_);
     worker_done_ = true;
+    worker_tid_ = 0;  // from here the id may be reused: set_nice must not name it
     control_changed_.notify_all();
   }
 
@@ -658,7 +679,12 @@ class reaper final : private detail::fork_participant {
                                                             : SCHED_OTHER;
     sched_param param{};
     if (sched_setscheduler(0, policy, &param) != 0) warnings |= setup_warning_policy;
-    if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), opts_.nice) != 0) warnings |= setup_warning_nice;
+    {
+      // Under the mutex set_nice takes: its value and this thread's id are read as one.
+      const std::lock_guard lock(control_mutex_);
+      worker_tid_ = static_cast<pid_t>(syscall(SYS_gettid));
+      if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), nice_) != 0) warnings |= setup_warning_nice;
+    }
     std::vector<int> cpus = opts_.cpus;
     try {
       if (cpus.empty()) cpus = detail::housekeeping_cpus();
@@ -1089,6 +1115,7 @@ class reaper final : private detail::fork_participant {
     worker_parked_ = false;
     fork_parking_ = false;
     freeze_depth_ = 0;
+    worker_tid_ = 0;
     stop_requested_ = true;
     worker_known_.store(false, std::memory_order_relaxed);
     (void)held_.replace_all(std::move(in_flight_));  // held_ is empty: the worker took it back before parking
@@ -1143,7 +1170,7 @@ class reaper final : private detail::fork_participant {
   std::atomic<std::uint64_t> yields_{0};
 
   // Control plane: guarded by control_mutex_.
-  alignas(64) std::mutex control_mutex_;
+  alignas(64) mutable std::mutex control_mutex_;
   std::condition_variable control_changed_;
   std::atomic<bool> control_requested_{false};  // written under control_mutex_; read as a hint
   bool worker_running_ = false;
@@ -1153,6 +1180,8 @@ class reaper final : private detail::fork_participant {
   bool worker_joining_ = false;  // a stopper is joining the worker
   bool fork_parking_ = false;  // between fork_prepare and fork_parent/child
   std::uint64_t freeze_depth_ = 0;
+  int nice_ = opts_.nice;  // set_nice's; applied by the worker at its start
+  pid_t worker_tid_ = 0;   // the worker's thread id while it runs; 0 before and after
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
   std::uint64_t caller_reaps_ = 0;  // reap_on_caller calls in progress

@@ -35,6 +35,7 @@
 //                         gives up after a timeout, leaving the rest to the workers.
 //   destructor            stop(). From the pool's own callback (fn, or take/fn inside
 //                         reap_on_caller) it aborts with a message (see in_own_callback).
+//   nice, set_nice        any thread; reaper's, on every worker.
 //   reap_on_caller        any thread but a worker; may block (runs teardowns): reaper's, on
 //                         every worker in turn; returns the sum.
 //   stats, worker_stats,  any thread; wait-free snapshots (worker_stats and worker_cpus throw
@@ -374,6 +375,16 @@ class reaper_pool final : private detail::fork_participant {
       update_steal_hint_locked();
     }
     for (const auto& worker : workers_) worker->thaw();
+  }
+
+  /// The workers' nice value (reaper::nice; they share one).
+  int nice() const { return workers_.front()->nice(); }
+  /// reaper::set_nice on every worker: true if every one applied it. Throws
+  /// std::invalid_argument, changing nothing, outside [-20, 19].
+  bool set_nice(int value) {
+    bool applied = true;
+    for (const auto& worker : workers_) applied = worker->set_nice(value) && applied;
+    return applied;
   }
 
   /// Stops stealing, then asks every worker to stop and waits for each: each drains its queue,

@@ -1,12 +1,14 @@
 // teardown/trace.hpp — trace points: USDT probes for perf/bpftrace, and optional in-process hooks.
 //
 // The kernel series emits two trace points (queue, reap) so that an operator can see what was
-// deferred and how long it waited. teardown emits four events — queue, reap, sync, reject — two
-// ways at once:
+// deferred and how long it waited. teardown emits four events — queue, reap, sync, reject — a
+// fifth, pressure, for what a memory-pressure policy did (pressure.hpp), and two for a
+// supervisor's process_reaper (process_kill, process_release), two ways at once:
 //
 //   USDT  When <sys/sdt.h> is available (Debian: systemtap-sdt-dev), every event is a USDT probe
 //         under provider `teardown` (teardown:queue, teardown:reap, teardown:sync,
-//         teardown:reject). Unattached, a probe is a single nop instruction plus an ELF note;
+//         teardown:reject, teardown:pressure, teardown:process_kill, teardown:process_release).
+//         Unattached, a probe is a single nop instruction plus an ELF note;
 //         perf, bpftrace and SystemTap attach to it without recompiling, e.g.
 //           bpftrace -e 'usdt:./app:teardown:queue { @cost = hist(arg1); }'
 //           bpftrace -e 'usdt:./app:teardown:queue { @cost[arg5] = hist(arg1); }'  (per domain)
@@ -15,9 +17,9 @@
 //           reap   (id, charged_cost, live_cost, cpu, wait_ns, domain)   arg5 = domain
 //           sync   (id, cost, reason, domain)                            arg3 = domain
 //           reject (id, cost, pending, cap, domain)                      arg4 = domain
-//         and, from a supervisor's process_reaper (process_reaper.hpp), two more:
-//           process_kill    (pid, bytes, signal, domain)                     arg3 = domain
-//           process_release (pid, bytes, result, tries, wait_ns, domain)     arg5 = domain
+//           pressure (action, amount, domain)                            arg2 = domain
+//           process_kill    (pid, bytes, signal, domain)                 arg3 = domain
+//           process_release (pid, bytes, result, tries, wait_ns, domain) arg5 = domain
 //   hook  A program may install up to max_hooks (8) functions per event at run time
 //         (add_hook), each removable on its own (remove_hook). Each event's hooks sit behind
 //         a static_key that is on while any is installed, so an unhooked event costs one
@@ -152,6 +154,17 @@ struct reject_event {
   std::uint64_t domain;
 };
 
+/// A memory-pressure policy acted on an instance (pressure.hpp). action is a static string:
+/// "pressure" (an event arrived; amount: events so far), "relief" (amount: 0), "thaw" (amount:
+/// freeze levels undone), "refreeze" (levels put back), "nice" (amount: the nice value set),
+/// "nice_refused", "drain" (amount: cost units torn down), "cap" (amount: the cap set),
+/// "cap_restored" (the cap put back), "cap_kept" (amount: a cap set meanwhile, left in place).
+struct pressure_event {
+  const char* action;
+  std::uint64_t amount;
+  std::uint64_t domain;
+};
+
 /// A process_reaper sent a signal to a process (process_reaper.hpp), after charging its RSS.
 struct process_kill_event {
   std::int64_t pid;
@@ -171,11 +184,12 @@ struct process_release_event {
   std::uint64_t domain;
 };
 
-/// The events hooks can be installed for.
+/// The seven events, the only ones hooks can be installed for.
 template <class Event>
 concept event = std::is_same_v<Event, queue_event> || std::is_same_v<Event, reap_event> ||
                 std::is_same_v<Event, sync_event> || std::is_same_v<Event, reject_event> ||
-                std::is_same_v<Event, process_kill_event> || std::is_same_v<Event, process_release_event>;
+                std::is_same_v<Event, pressure_event> || std::is_same_v<Event, process_kill_event> ||
+                std::is_same_v<Event, process_release_event>;
 
 template <class Event>
 using hook = void (*)(const Event&);
@@ -262,6 +276,7 @@ inline void forget_in_flight_after_fork() noexcept {
   hook_slot<reap_event>::forget_in_flight();
   hook_slot<sync_event>::forget_in_flight();
   hook_slot<reject_event>::forget_in_flight();
+  hook_slot<pressure_event>::forget_in_flight();
   hook_slot<process_kill_event>::forget_in_flight();
   hook_slot<process_release_event>::forget_in_flight();
 }
@@ -275,7 +290,7 @@ inline void register_fork_handler() {
 }  // namespace detail
 
 /// Installs fn as one more hook for Event (queue_event, reap_event, sync_event, reject_event,
-/// process_kill_event, process_release_event).
+/// pressure_event, process_kill_event, process_release_event).
 /// Throws, changing nothing, std::invalid_argument if fn is nullptr or already installed for
 /// Event, std::length_error if Event already has max_hooks hooks (std::system_error if the
 /// fork handler cannot be registered). May block briefly behind another writer. Safe from a hook.
@@ -399,6 +414,13 @@ inline void reject(std::uint64_t id, std::uint64_t cost, std::uint64_t pending, 
   TEARDOWN_TRACE(reject, id, cost, pending, cap, domain);
   if (hooked<reject_event>()) [[unlikely]] {
     detail::hook_slot<reject_event>::call(reject_event{id, cost, pending, cap, domain});
+  }
+}
+
+inline void pressure(const char* action, std::uint64_t amount, std::uint64_t domain = 0) noexcept {
+  TEARDOWN_TRACE(pressure, action, amount, domain);
+  if (hooked<pressure_event>()) [[unlikely]] {
+    detail::hook_slot<pressure_event>::call(pressure_event{action, amount, domain});
   }
 }
 

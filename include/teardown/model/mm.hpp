@@ -63,6 +63,8 @@
 //   reclaim                             any thread holding mm_count; takes the mm's mmap lock.
 //   knobs (set_*, set, get)             any thread; setters validate first and change nothing
 //                                       on error (std::invalid_argument naming the knob).
+//                                       replace_max_pending_pages, worker_nice and
+//                                       set_worker_nice likewise (pressure.hpp's entry points).
 //   flush, drain, freeze, thaw, shutdown, shutdown_for   any thread but the reaper; may block
 //                                       (shutdown without limit, shutdown_for up to its timeout).
 //   vmstat                              any thread; a wait-free snapshot.
@@ -802,6 +804,16 @@ class basic_mm_system {
   void set_thresh_pages(std::uint64_t pages) { async_.set_threshold(validated(knob_thresh, pages)); }
   std::uint64_t max_pending_pages() const noexcept { return async_.max_pending(); }
   void set_max_pending_pages(std::uint64_t pages) { async_.set_max_pending(validated(knob_max_pending, pages)); }
+  /// set_max_pending_pages(desired) only if the knob still reads `expected` (a temporary cap
+  /// undone without overwriting one set meanwhile: pressure.hpp). Throws as the setter does.
+  bool replace_max_pending_pages(std::uint64_t expected, std::uint64_t desired) {
+    return async_.replace_max_pending(expected, validated(knob_max_pending, desired));
+  }
+  /// The mm_reaper's nice value (19 unless mm_system_options::reaper says otherwise), and a new
+  /// one: true if applied (the system may refuse a lower value). Throws std::invalid_argument
+  /// outside [-20, 19].
+  int worker_nice() const { return async_.worker_nice(); }
+  bool set_worker_nice(int value) { return async_.set_worker_nice(value); }
   /// The concurrency gate: an eligible final exit tears down inline (decision::sync_uncontended)
   /// while fewer than this many final exits, its own included, are in flight. 1: off.
   std::uint64_t min_concurrent_exits() const noexcept { return async_.min_concurrent(); }
