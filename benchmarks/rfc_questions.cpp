@@ -37,6 +37,7 @@
 //   --q1-pressure-only    Q1's table (c) alone: near a memory limit, no cap / static cap /
 //                      pressure_policy (needs a v1 memory cgroup it may create; else skipped)
 //   --q1-busy-ms N     Q1 (c): the supervisor's busy time after each respawn (default 1000)
+//   --q1-stall-ms N    Q1 (c): the PSI trigger's stall threshold per 2 s window (default 150)
 //   --out FILE         write every sample, the summaries and the machine as JSON
 //   --scale F          multiply every size by F (default 1; each size is still capped so that
 //                      what one question holds at once stays under 60% of MemAvailable)
@@ -243,6 +244,7 @@ struct settings {
   bool quick = false;
   bool q1_pressure_only = false;  // Q1's table (c) alone
   int q1_busy_ms = 1000;          // Q1 (c): the supervisor's busy time after each respawn
+  int q1_stall_ms = 150;          // Q1 (c): the trigger's stall threshold (pressure_monitor_options::stall)
   double scale = 1;
   int reps = 0;  // 0: each question's default
   unsigned cpus = 1;
@@ -640,7 +642,7 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
     table["skipped"] = why;
     return table;
   }
-  teardown::pressure_monitor monitor;
+  teardown::pressure_monitor monitor({.stall = std::chrono::milliseconds(run.q1_stall_ms)});
   std::printf("limit %s (baseline + 2 S + a page cache of %s + 128 MiB); supervisor busy %d ms after each respawn.\n"
               "pressure source: %s\n\n",
               size_label(double(limit) / bytes_per_gib).c_str(), size_label(double(cache) / bytes_per_gib).c_str(),
@@ -650,6 +652,7 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
   table["limit_bytes"] = limit;
   table["cache_bytes"] = cache;
   table["busy_ms"] = busy_ms;
+  table["stall_ms"] = run.q1_stall_ms;
   table["pressure_source"] = monitor.description();
   std::printf("%-10s %10s %10s %10s %10s %9s %6s %7s %10s\n", "policy", "exit p50", "exit max", "peak held",
               "peak held", "pressure", "queued", "fell", "queued in");
@@ -1104,7 +1107,7 @@ json machine_json(const settings& run) {
 
 int usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s [--quick] [--questions 1,2,3,6] [--q1-pressure-only] [--q1-busy-ms N] [--out FILE] [--scale F] [--reps N]\n",
+               "usage: %s [--quick] [--questions 1,2,3,6] [--q1-pressure-only] [--q1-busy-ms N] [--q1-stall-ms N] [--out FILE] [--scale F] [--reps N]\n",
                program);
   return 2;
 }
@@ -1138,6 +1141,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--q1-busy-ms" && has_value) {
       run.q1_busy_ms = std::atoi(argv[++i]);
       if (run.q1_busy_ms < 0) return usage(argv[0]);
+    } else if (arg == "--q1-stall-ms" && has_value) {
+      run.q1_stall_ms = std::atoi(argv[++i]);
+      if (run.q1_stall_ms < 1 || run.q1_stall_ms > 2000) return usage(argv[0]);
     } else if (arg == "--q1-pressure-only") {
       run.q1_pressure_only = true;
       questions = {1};
