@@ -69,9 +69,9 @@ void enqueue_each_into_a_sleeping_worker(job_reaper& reaper, pid_t worker, std::
 TEST(ReaperPollTest, DefaultPolicyWakesASleepingWorkerFromTheProducer) {
   // The control for the next test: the same steps with poll_interval 0 count one wake each.
   const hang_guard guard(current_test_name());
+  auto jobs = make_jobs(5);  // outlives the reaper: the worker's last writes to them end at its join
   job_reaper reaper(counting(), {.name = "wake_probe", .spin_polls = 0});
   const pid_t worker = thread_named("wake_probe");
-  auto jobs = make_jobs(5);
   enqueue_each_into_a_sleeping_worker(reaper, worker, jobs);
   EXPECT_EQ(reaper.stats().wakeups, jobs.size());
   EXPECT_EQ(reaper.stats().polls, 0u) << "an untimed sleep never ends at a limit";
@@ -79,9 +79,9 @@ TEST(ReaperPollTest, DefaultPolicyWakesASleepingWorkerFromTheProducer) {
 
 TEST(ReaperPollTest, PollingWorkerRunsEveryItemWithoutAnyProducerWake) {
   const hang_guard guard(current_test_name());
+  auto jobs = make_jobs(5);
   job_reaper reaper(counting(), {.name = "poll_probe", .spin_polls = 0, .poll_interval = 2ms});
   const pid_t worker = thread_named("poll_probe");
-  auto jobs = make_jobs(5);
   enqueue_each_into_a_sleeping_worker(reaper, worker, jobs);
   const teardown::reaper_stats s = reaper.stats();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
@@ -93,9 +93,9 @@ TEST(ReaperPollTest, PollingWorkerRunsEveryItemWithoutAnyProducerWake) {
 
 TEST(ReaperPollTest, PollingWorkerTakesABurstFromManyProducers) {
   const hang_guard guard(current_test_name());
-  job_reaper reaper(counting(), {.poll_interval = 1ms});
   const std::size_t per_producer = scaled(2000);
   std::vector<std::vector<job>> jobs(4);
+  job_reaper reaper(counting(), {.poll_interval = 1ms});
   std::vector<std::thread> producers;
   for (auto& mine : jobs) {
     mine = make_jobs(per_producer);
@@ -115,9 +115,10 @@ constexpr auto kHour = std::chrono::hours(1);
 
 TEST(ReaperPollTest, FlushFreezeAndStopWakeAWorkerThatPollsHourly) {
   const hang_guard guard(current_test_name());
+  auto first = make_jobs(3);
+  auto last = make_jobs(3);
   job_reaper reaper(counting(), {.name = "hourly", .spin_polls = 0, .poll_interval = kHour});
   const pid_t worker = thread_named("hourly");
-  auto first = make_jobs(3);
   wait_until_asleep(worker);
   for (job& j : first) reaper.enqueue(j);
   reaper.flush();  // returns: every item enqueued before it has run
@@ -127,7 +128,6 @@ TEST(ReaperPollTest, FlushFreezeAndStopWakeAWorkerThatPollsHourly) {
   reaper.freeze();  // returns: the worker is parked
   reaper.thaw();
 
-  auto last = make_jobs(3);
   wait_until_asleep(worker);
   for (job& j : last) reaper.enqueue(j);
   reaper.stop();  // returns: drains and joins
@@ -155,9 +155,10 @@ TEST(ReaperPollTest, StopForAndTheDestructorReturnOnAWorkerThatPollsHourly) {
 
 TEST(ReaperPollTest, ForkParksAndResumesAWorkerThatPollsHourly) {
   const hang_guard guard(current_test_name());
+  auto in_child = make_jobs(1);
+  auto after = make_jobs(2);
   job_reaper reaper(counting(), {.name = "hourly_fork", .spin_polls = 0, .poll_interval = kHour});
   wait_until_asleep(thread_named("hourly_fork"));
-  auto in_child = make_jobs(1);
   const pid_t child = start_child([&] {
     child_checks check;
     reaper.enqueue(in_child[0]);  // the child's stopped form: runs inline
@@ -165,7 +166,6 @@ TEST(ReaperPollTest, ForkParksAndResumesAWorkerThatPollsHourly) {
     return check.exit_code();
   });
   EXPECT_EQ(wait_child(child), child_ok);
-  auto after = make_jobs(2);
   for (job& j : after) reaper.enqueue(j);
   reaper.flush();
   EXPECT_EQ(ran_exactly_once(after), after.size());
@@ -174,8 +174,8 @@ TEST(ReaperPollTest, ForkParksAndResumesAWorkerThatPollsHourly) {
 TEST(ReaperPollTest, PoolOfPollingWorkersMakesNoProducerWake) {
   const hang_guard guard(current_test_name());
   using job_pool = teardown::reaper_pool<job, &job::hook, job_fn>;
-  job_pool pool(counting(), {.workers = 2, .worker = {.spin_polls = 0, .poll_interval = 1ms}});
   auto jobs = make_jobs(scaled(500));
+  job_pool pool(counting(), {.workers = 2, .worker = {.spin_polls = 0, .poll_interval = 1ms}});
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     pool.enqueue_to(i, jobs[i]);
     if (i % 50 == 0) std::this_thread::sleep_for(2ms);  // let the workers fall asleep now and then
