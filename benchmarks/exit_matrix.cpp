@@ -63,6 +63,27 @@
 //                     by half the size once the child was reaped, in every repetition. Both
 //                     processes set PR_SET_PDEATHSIG = SIGKILL, and every pid is killed and
 //                     reaped on every path out, so nothing outlives a repetition.
+//   exit_breakdown    per size: one deferred exit taken apart, inline / deferred with the default
+//                     wake / deferred with a polling reaper (--poll-interval-us, 1000) in turn.
+//                     The queue trace point's hook stamps the moment the enqueue is reached, so
+//                     bookkeeping_us = exit() start -> enqueue reached (task::exit, mmput_exit,
+//                     put's steps) and enqueue_and_wake_us = the rest (the enqueue, its futex wake);
+//                     the reap hook gives teardown_start_delay_us. torn_down_ms = exit() start
+//                     -> flush() returned (the munmap done); memory_back_ms as above (on a busy
+//                     machine other processes move it); teardown_cpu_ms (inline: the exiting
+//                     thread's CPU; deferred: the worker's); CAL / RES interrupts (all CPUs) and
+//                     the worker's context switches from exit() start to flush(). Each as a
+//                     ratio to inline too. Then exit_breakdown_warm: the same split for
+//                     simulated mms exited back to back (nothing evicts the caches between).
+//   placement         the first size: the same teardown inline with the exiting thread pinned
+//                     to CPU 0, and deferred with the reaper at nice 19 (default), nice 0, pinned
+//                     to CPU 0 (same CPU) or 1 (other), same CPU at nice 0, and same CPU polling.
+//   wake_vs_idle      a bare reaper, trivial items: the producer's enqueue after the worker (and
+//                     the producer) slept 0.02 / 2 / 20 / 200 ms, default wake vs polling, with
+//                     the time until fn started.
+//   poll_price        a bare reaper idle for 1 s at poll intervals 0 (the wake), 100 us, the
+//                     chosen one and 10 ms: its CPU per second and timed wake-ups per second,
+//                     then the time from an enqueue to fn starting.
 //
 // The memory rule: nothing populates more than --mem-fraction (0.6) of MemAvailable, read just
 // before each row. A row that does not fit is "skipped" with the reason and no measurements; the
@@ -92,6 +113,18 @@
 //                        on_exit_path_cpu_ms (the exit path's own CPU with async on), reps
 //      shadow_peer       size_gib, shadow (bool), kill_to_waitpid_ms {S}, [shadow_teardown_ms {S},
 //                        memory_held_by_shadow]
+//      exit_breakdown,   size_gib, kernel, exit_path_us {S}, [bookkeeping_us {S},
+//      placement         enqueue_and_wake_us {S}, teardown_start_delay_us {S}], worker_idle_ms {S},
+//                        torn_down_ms {S}, memory_back_ms {S}, teardown_cpu_ms {S},
+//                        cal_interrupts {S}, res_interrupts {S}, worker_context_switches {S},
+//                        exit_fraction_of_inline, torn_down_vs_inline, memory_back_vs_inline,
+//                        cpu_vs_inline, reps
+//      exit_breakdown_warm  size_gib, kernel, exit_path_us {S}, bookkeeping_us {S},
+//                        enqueue_and_wake_us {S}, samples
+//      wake_vs_idle      idle_ms, policy, enqueue_ns {S}, teardown_start_us {S},
+//                        wakeups_per_enqueue, samples
+//      poll_price        poll_interval_us (0: the wake), idle_cpu_us_per_s, polls_per_s,
+//                        teardown_start_us {S}, enqueue_ns {S}
 //      any row           [skipped] (the reason; a skipped row may lack its measurements),
 //                        [seed] {"source", the seed's figures under our keys, "measure"}]}
 #include <fcntl.h>
@@ -179,7 +212,8 @@ struct options {
 
 constexpr const char* kUsage =
     "usage: exit_matrix [--out FILE] [--reps N] [--sizes 1,4,16] [--m 8,16,32] [--quick]\n"
-    "                   [--rows exit_latency,simultaneous,below_threshold,drain,cpu_conservation,shadow_peer]\n"
+    "                   [--rows exit_latency,simultaneous,below_threshold,drain,cpu_conservation,shadow_peer,\n"
+    "                           exit_breakdown,placement,wake_vs_idle,poll_price]\n"
     "                   [--each GIB] [--below-reps N] [--drain-backlog GIB] [--cpu-size GIB]\n"
     "                   [--mem-fraction F] [--poll-interval-us US]\n"
     "  --out FILE          write the JSON there (default: stdout)\n"
@@ -1379,9 +1413,10 @@ class matrix {
     (void)teardown::trace::remove_hook<teardown::trace::queue_event>(&on_queue);
   }
 
-  // Item 1: where the reaper's extra CPU and the late memory go. The same teardown inline (the
-  // exiting thread pinned to CPU 0) and deferred with the reaper placed and prioritised four
-  // ways; CAL counts the cross-CPU function calls (TLB shootdowns among them), RES the wake-ups.
+  // Where the reaper's extra CPU and the late memory go. The same teardown inline (the exiting
+  // thread pinned to CPU 0) and deferred with the reaper placed and prioritised five ways, the
+  // last also polling (no wake on the exit path); CAL counts the cross-CPU function calls (TLB
+  // shootdowns among them), RES the wake-ups.
   void placement() {
     heading(strprintf(kTeardownHeading, "placement").c_str());
     const double gib = opts_.sizes_gib.front();
@@ -1394,6 +1429,8 @@ class matrix {
     kernels.push_back(make_kernel("reaper_same_cpu", true, {.name = "mmr_same", .cpus = {0}}, 0));
     kernels.push_back(make_kernel("reaper_other_cpu", true, {.name = "mmr_other", .cpus = {other}}, 0));
     kernels.push_back(make_kernel("reaper_same_nice0", true, {.name = "mmr_same0", .nice = 0, .cpus = {0}}, 0));
+    const auto poll = std::chrono::nanoseconds(static_cast<std::int64_t>(opts_.poll_interval_us * 1e3));
+    kernels.push_back(make_kernel("poll_same_cpu", true, {.name = "mmr_poll_same", .cpus = {0}, .poll_interval = poll}, 0));
     teardown_rows("placement", gib, kernels);
   }
 

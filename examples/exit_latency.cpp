@@ -10,7 +10,8 @@
 //   memory free  from that call until free memory (MemAvailable plus the per-CPU free lists)
 //                has recovered, within a tenth of what the process took or 64 MiB; "n/a" when
 //                other processes kept it from recovering within 10 s
-//   CPU          the reaper's CPU for the teardowns against the inline CPU for the same work
+//   CPU          the reaper's CPU for the teardowns (each from its exit until the teardown was
+//                done) against the inline CPU for the same work
 // and the same for a reaper that polls its queue (reaper_options::poll_interval, 1 ms unless
 // --poll-interval says otherwise; 0 leaves the row out): the exiting thread then only pushes and
 // never makes the futex wake; the row's price line gives the idle reaper's CPU and wake-ups per
@@ -83,6 +84,7 @@ struct sample {
   double torn_down_ms = 0;  // until the teardown is done
   double available_ms = 0;  // until free memory recovered
   double exit_cpu_ms = 0;   // CPU of the exiting thread in that call
+  double reaper_cpu_ms = 0; // CPU of the reaper from that call until the teardown was done
 };
 
 // Progress goes to a terminal only: "\r" lines would litter a log.
@@ -103,6 +105,7 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
   const double before_exit = free_memory();
 
   sample s;
+  const std::uint64_t reaper_cpu_start = kernel.reaper_statistics().worker_cpu_ns;
   const double cpu_start = thread_cpu_ms();
   const auto start = clock_type::now();
   task->exit();
@@ -110,6 +113,8 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
   s.exit_cpu_ms = thread_cpu_ms() - cpu_start;
   kernel.flush();  // the teardown is done once this returns
   s.torn_down_ms = ms_between(start, clock_type::now());
+  // Only this window: a polling reaper's CPU while it idles is its price, shown apart.
+  s.reaper_cpu_ms = double(kernel.reaper_statistics().worker_cpu_ns - reaper_cpu_start) / 1e6;
   // Other activity on the machine moves free memory too, hence the slack. Bounded: 10 s; a
   // timeout is reported as not measured (negative).
   const double target = before_exit + populated - std::max(populated / 10, double(64 << 20));
@@ -130,7 +135,6 @@ struct row_result {
 template <class System>
 row_result run_row(System& kernel, std::uint64_t pages, int reps, const char* label) {
   row_result r;
-  const std::uint64_t cpu_before = kernel.reaper_statistics().worker_cpu_ns;
   for (int rep = 0; rep < reps; ++rep) {
     const std::string progress = std::string(label) + " (" + std::to_string(rep + 1) + "/" + std::to_string(reps) + ")";
     const sample s = measure_exit(kernel, pages, progress.c_str());
@@ -138,8 +142,8 @@ row_result run_row(System& kernel, std::uint64_t pages, int reps, const char* la
     r.torn_down_ms.push_back(s.torn_down_ms);
     r.available_ms.push_back(s.available_ms);
     r.exit_cpu_ms.push_back(s.exit_cpu_ms);
+    r.reaper_cpu_ms += s.reaper_cpu_ms;
   }
-  r.reaper_cpu_ms = double(kernel.reaper_statistics().worker_cpu_ns - cpu_before) / 1e6;
   return r;
 }
 
