@@ -631,7 +631,7 @@ class reaper final : private detail::fork_participant {
     worker_thread_ = pthread_self();
     worker_known_.store(true, std::memory_order_release);  // pairs with the acquire in on_worker
     apply_setup();
-    bool polled_idle = false;  // the last sleep ended at its limit: no spin before the next
+    bool polled_idle = false;  // the last sleep ended at its poll limit: no spin before the next
     for (;;) {
       if (control_requested_.load(std::memory_order_relaxed)) {
         if (!take_control_requests(flush_target_)) break;
@@ -662,7 +662,7 @@ class reaper final : private detail::fork_participant {
       // A worker that polls an idle queue does not spin at every look: the spin is for the
       // burst right after a batch or a kick.
       if (!polled_idle && spin_found_work()) continue;
-      polled_idle = sleep_until_kicked();
+      polled_idle = sleep_until_kicked() && poll_ns_ != 0;
     }
     // Stop: announce STOPPED first, then drain. A producer whose kick comes after the exchange
     // reads STOPPED and drains on its own thread, so the drain below ends even while
