@@ -63,7 +63,7 @@
 //                     by half the size once the child was reaped, in every repetition. Both
 //                     processes set PR_SET_PDEATHSIG = SIGKILL, and every pid is killed and
 //                     reaped on every path out, so nothing outlives a repetition.
-//   exit_breakdown    per size: one deferred exit taken apart, inline / deferred with the default
+//   exit_breakdown    the first size: one deferred exit taken apart, inline / deferred with the default
 //                     wake / deferred with a polling reaper (--poll-interval-us, 1000) in turn.
 //                     The queue trace point's hook stamps the moment the enqueue is reached, so
 //                     bookkeeping_us = exit() start -> enqueue reached (task::exit, mmput_exit,
@@ -1363,7 +1363,8 @@ class matrix {
   void exit_breakdown() {
     heading(strprintf(kTeardownHeading, "exit_breakdown").c_str());
     const auto poll = std::chrono::nanoseconds(static_cast<std::int64_t>(opts_.poll_interval_us * 1e3));
-    for (const double gib : opts_.sizes_gib) {
+    {
+      const double gib = opts_.sizes_gib.front();  // the goal's size; the others add only time
       std::vector<labelled_kernel> kernels;
       kernels.push_back(make_kernel("inline", false, {.name = "mmr_inline"}));
       kernels.push_back(make_kernel("deferred_wake", true, {.name = "mmr_wake"}));
