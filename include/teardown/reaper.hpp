@@ -61,10 +61,10 @@
 // tests/model/reaper_wakeup.pml checks this with the spin model checker.
 //
 // Wake policy. The futex wake costs the producer a syscall whose price grows with how long the
-// worker's CPU has been idle (the kernel or hypervisor waking a halted CPU: 1.6 us after 20 us
-// idle, 11 us after 200 ms on the VM in docs/benchmarks.md). reaper_options::poll_interval > 0
-// moves that cost to the worker: a kick that finds SLEEPING wakes nobody, and the worker
-// never sleeps longer than poll_interval before it looks at the queue again. The argument above
+// worker's CPU has been idle (the kernel or hypervisor waking a halted CPU: about 2 us after
+// 20 us idle, 8 us after 200 ms on the VM in docs/benchmarks.md). poll_interval > 0 moves that
+// cost to the worker: a kick that finds SLEEPING wakes nobody, and the worker never sleeps
+// longer than poll_interval before it looks at the queue again. The argument above
 // is unchanged but for its last step: the kick's RMW still orders the add before the worker's
 // next look, and that look comes within poll_interval instead of at once. Only the producers'
 // kick is silent: flush, freeze, stop, reap_on_caller and fork still wake the worker, so none
@@ -158,8 +158,9 @@ enum class drain_order { oldest_first, newest_first };
 enum class sched_policy { other, batch, idle };
 
 /// Checked by the constructor before any thread starts: a nice value outside [-20, 19], a
-/// negative CPU, stall_threshold, yield_after or poll_interval, a policy or order that is not one of the enum's
-/// values, or a name holding a NUL byte is refused with std::invalid_argument naming the field.
+/// negative CPU, stall_threshold, yield_after or poll_interval, a policy or order that is not
+/// one of the enum's values, or a name holding a NUL byte is refused with
+/// std::invalid_argument naming the field.
 struct reaper_options {
   std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
   int nice = 19;                                     // applied to the worker thread; [-20, 19]
@@ -1151,7 +1152,8 @@ class reaper final : private detail::fork_participant {
   std::atomic<std::uint32_t> setup_warnings_{0};
 
   const pool_link link_;
-  const std::uint64_t poll_ns_ = static_cast<std::uint64_t>(opts_.poll_interval.count());  // 0: producers wake
+  // 0: producers wake the worker (see "Wake policy").
+  const std::uint64_t poll_ns_ = static_cast<std::uint64_t>(opts_.poll_interval.count());
 
   // Written by producers (and by the worker when it sleeps and wakes).
   alignas(64) Queue queue_;
