@@ -63,6 +63,27 @@
 //                     by half the size once the child was reaped, in every repetition. Both
 //                     processes set PR_SET_PDEATHSIG = SIGKILL, and every pid is killed and
 //                     reaped on every path out, so nothing outlives a repetition.
+//   exit_breakdown    the first size: one deferred exit taken apart, inline / deferred with the default
+//                     wake / deferred with a polling reaper (--poll-interval-us, 1000) in turn.
+//                     The queue trace point's hook stamps the moment the enqueue is reached, so
+//                     bookkeeping_us = exit() start -> enqueue reached (task::exit, mmput_exit,
+//                     put's steps) and enqueue_and_wake_us = the rest (the enqueue, its futex wake);
+//                     the reap hook gives teardown_start_delay_us. torn_down_ms = exit() start
+//                     -> flush() returned (the munmap done); memory_back_ms as above (on a busy
+//                     machine other processes move it); teardown_cpu_ms (inline: the exiting
+//                     thread's CPU; deferred: the worker's); CAL / RES interrupts (all CPUs) and
+//                     the worker's context switches from exit() start to flush(). Each as a
+//                     ratio to inline too. Then exit_breakdown_warm: the same split for
+//                     simulated mms exited back to back (nothing evicts the caches between).
+//   placement         the first size: the same teardown inline with the exiting thread pinned
+//                     to CPU 0, and deferred with the reaper at nice 19 (default), nice 0, pinned
+//                     to CPU 0 (same CPU) or 1 (other), same CPU at nice 0, and same CPU polling.
+//   wake_vs_idle      a bare reaper, trivial items: the producer's enqueue after the worker (and
+//                     the producer) slept 0.02 / 2 / 20 / 200 ms, default wake vs polling, with
+//                     the time until fn started.
+//   poll_price        a bare reaper idle for 1 s at poll intervals 0 (the wake), 100 us, the
+//                     chosen one and 10 ms: its CPU per second and timed wake-ups per second,
+//                     then the time from an enqueue to fn starting.
 //
 // The memory rule: nothing populates more than --mem-fraction (0.6) of MemAvailable, read just
 // before each row. A row that does not fit is "skipped" with the reason and no measurements; the
@@ -92,6 +113,18 @@
 //                        on_exit_path_cpu_ms (the exit path's own CPU with async on), reps
 //      shadow_peer       size_gib, shadow (bool), kill_to_waitpid_ms {S}, [shadow_teardown_ms {S},
 //                        memory_held_by_shadow]
+//      exit_breakdown,   size_gib, kernel, exit_path_us {S}, [bookkeeping_us {S},
+//      placement         enqueue_and_wake_us {S}, teardown_start_delay_us {S}], worker_idle_ms {S},
+//                        torn_down_ms {S}, memory_back_ms {S}, teardown_cpu_ms {S},
+//                        cal_interrupts {S}, res_interrupts {S}, worker_context_switches {S},
+//                        exit_fraction_of_inline, torn_down_vs_inline, memory_back_vs_inline,
+//                        cpu_vs_inline, reps
+//      exit_breakdown_warm  size_gib, kernel, exit_path_us {S}, bookkeeping_us {S},
+//                        enqueue_and_wake_us {S}, samples
+//      wake_vs_idle      idle_ms, policy, enqueue_ns {S}, teardown_start_us {S},
+//                        wakeups_per_enqueue, samples
+//      poll_price        poll_interval_us (0: the wake), idle_cpu_us_per_s, polls_per_s,
+//                        teardown_start_us {S}, enqueue_ns {S}
 //      any row           [skipped] (the reason; a skipped row may lack its measurements),
 //                        [seed] {"source", the seed's figures under our keys, "measure"}]}
 #include <fcntl.h>
@@ -115,6 +148,7 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <latch>
 #include <memory>
@@ -155,8 +189,9 @@ constexpr const char* kSeedSource = "seed 000 cover letter, bare metal 32 CPUs";
 
 // ---- options --------------------------------------------------------------------------------
 
-constexpr std::string_view kRowKinds[] = {"exit_latency", "simultaneous", "below_threshold",
-                                          "drain",        "cpu_conservation", "shadow_peer"};
+constexpr std::string_view kRowKinds[] = {"exit_latency", "simultaneous",     "below_threshold", "drain",
+                                          "cpu_conservation", "shadow_peer", "exit_breakdown", "wake_vs_idle",
+                                          "poll_price",   "placement"};
 
 struct options {
   std::string out;  // empty: stdout
@@ -168,6 +203,7 @@ struct options {
   double drain_backlog_gib = 16;
   double cpu_size_gib = 4;  // the seed's five 4GB teardowns
   double mem_fraction = 0.6;
+  double poll_interval_us = 1000;  // the polling kernel's reaper_options::poll_interval
   bool quick = false;
   std::vector<std::string> rows{std::begin(kRowKinds), std::end(kRowKinds)};
 
@@ -176,9 +212,10 @@ struct options {
 
 constexpr const char* kUsage =
     "usage: exit_matrix [--out FILE] [--reps N] [--sizes 1,4,16] [--m 8,16,32] [--quick]\n"
-    "                   [--rows exit_latency,simultaneous,below_threshold,drain,cpu_conservation,shadow_peer]\n"
+    "                   [--rows exit_latency,simultaneous,below_threshold,drain,cpu_conservation,shadow_peer,\n"
+    "                           exit_breakdown,placement,wake_vs_idle,poll_price]\n"
     "                   [--each GIB] [--below-reps N] [--drain-backlog GIB] [--cpu-size GIB]\n"
-    "                   [--mem-fraction F]\n"
+    "                   [--mem-fraction F] [--poll-interval-us US]\n"
     "  --out FILE          write the JSON there (default: stdout)\n"
     "  --reps N            repetitions per row (default 3)\n"
     "  --sizes LIST        GiB per process for exit_latency and shadow_peer (default 1,4,16)\n"
@@ -188,6 +225,7 @@ constexpr const char* kUsage =
     "  --drain-backlog GIB the drain row's backlog (default 16; cut down to fit the memory rule)\n"
     "  --cpu-size GIB      each of cpu_conservation's five teardowns (default 4, as the seed)\n"
     "  --mem-fraction F    populate at most F of MemAvailable (default 0.6)\n"
+    "  --poll-interval-us US  the polling kernel's reaper poll_interval (default 1000)\n"
     "  --quick             smoke test in seconds: sizes 0.25, M 2,4, each 0.25, reps 1,\n"
     "                      below-reps 5, drain-backlog 1, cpu-size 0.25 (other flags override)\n"
     "  --rows LIST         run only these row kinds\n";
@@ -230,6 +268,8 @@ options parse_options(int argc, char** argv) {
     } else if (name == "--mem-fraction") {
       opts.mem_fraction = kCommandLine.positive(name, value);
       if (opts.mem_fraction > 0.95) kCommandLine.usage_error("--mem-fraction: at most 0.95");
+    } else if (name == "--poll-interval-us") {
+      opts.poll_interval_us = kCommandLine.positive(name, value);
     } else if (name == "--rows") {
       opts.rows.clear();
       for (const std::string& part : teardown_bench::split_list(value)) {
@@ -401,6 +441,85 @@ struct decision_counts {
   json_object json() const { return json_object().set("queued", queued).set("sync", sync); }
 };
 
+// ---- counters for the breakdown rows ------------------------------------------------------------
+
+// The sum over CPUs of one /proc/interrupts line ("CAL", "RES", "TLB"), 0 if absent.
+std::uint64_t interrupts_named(std::string_view name) {
+  std::ifstream file("/proc/interrupts");
+  std::string line;
+  const std::string key = std::string(name) + ":";
+  while (std::getline(file, line)) {
+    const std::size_t at = line.find_first_not_of(' ');
+    if (at == std::string::npos || line.compare(at, key.size(), key) != 0) continue;
+    std::uint64_t sum = 0;
+    const char* p = line.c_str() + at + key.size();
+    for (;;) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(p, &end, 10);
+      if (end == p) break;
+      sum += v;
+      p = end;
+    }
+    return sum;
+  }
+  return 0;
+}
+
+// This process's thread named `name` (/proc/self/task/*/comm), or -1.
+pid_t thread_named(const std::string& name) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(entry.path() / "comm");
+      std::string line;
+      std::getline(comm, line);
+      if (line == name) return static_cast<pid_t>(std::stoi(entry.path().filename().string()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return -1;
+}
+
+// voluntary + nonvoluntary context switches of thread `tid` so far.
+std::uint64_t context_switches(pid_t tid) {
+  if (tid < 0) return 0;
+  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
+  std::uint64_t sum = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.find("ctxt_switches:") != std::string::npos) sum += std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10);
+  }
+  return sum;
+}
+
+// Pins the calling thread to `cpu` for its lifetime (no-op for cpu < 0); restores the old mask.
+class pinned_here {
+ public:
+  explicit pinned_here(int cpu) {
+    if (cpu < 0 || sched_getaffinity(0, sizeof old_, &old_) != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(static_cast<std::size_t>(cpu), &one);
+    pinned_ = sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  pinned_here(const pinned_here&) = delete;
+  pinned_here& operator=(const pinned_here&) = delete;
+  ~pinned_here() {
+    if (pinned_) (void)sched_setaffinity(0, sizeof old_, &old_);
+  }
+
+ private:
+  cpu_set_t old_{};
+  bool pinned_ = false;
+};
+
+// The trace hooks of the breakdown: when the producer reached the enqueue (after every step of
+// the model's bookkeeping), and how long the reaper's item waited before its teardown began.
+std::atomic<std::uint64_t> g_queue_reached_ns{0};
+std::atomic<std::uint64_t> g_reap_wait_ns{0};
+void on_queue(const teardown::trace::queue_event&) {
+  g_queue_reached_ns.store(teardown::detail::monotonic_ns(), std::memory_order_relaxed);
+}
+void on_reap(const teardown::trace::reap_event& e) { g_reap_wait_ns.store(e.wait_ns, std::memory_order_relaxed); }
+
 // ---- the matrix -------------------------------------------------------------------------------
 
 class matrix {
@@ -414,6 +533,10 @@ class matrix {
     if (opts_.wants("drain")) drain();
     if (opts_.wants("cpu_conservation")) cpu_conservation();
     if (opts_.wants("shadow_peer")) shadow_peer();
+    if (opts_.wants("exit_breakdown")) exit_breakdown();
+    if (opts_.wants("wake_vs_idle")) wake_vs_idle();
+    if (opts_.wants("poll_price")) poll_price();
+    if (opts_.wants("placement")) placement();
   }
 
   json_object machine(std::uint64_t available_at_start) const {
@@ -1060,6 +1183,367 @@ class matrix {
         }
         add_row(std::move(row));
       }
+    }
+  }
+
+  // ---- exit_breakdown and placement: one teardown, every counter ----
+
+  // One kernel of a breakdown row: its label, the kernel, whether its exits are deferred, the
+  // CPU the exiting thread is pinned to (-1: none), its reaper thread's name and tid.
+  struct labelled_kernel {
+    std::string label;
+    std::unique_ptr<on_off_kernel> kernel;
+    bool deferred;
+    int exit_cpu = -1;
+    std::string worker_name{};
+    pid_t worker = -1;
+  };
+
+  static labelled_kernel make_kernel(std::string label, bool async, teardown::reaper_options reaper, int exit_cpu = -1) {
+    teardown::model::mm_system_options opts = kernel_options(async);
+    std::string name = reaper.name;
+    opts.reaper = std::move(reaper);
+    labelled_kernel k{std::move(label), std::make_unique<on_off_kernel>(std::move(opts)), async, exit_cpu, name};
+    k.worker = thread_named(k.worker_name);
+    return k;
+  }
+
+  struct teardown_sample {
+    double exit_us = NAN;            // the exiting thread's task->exit()
+    double bookkeeping_us = NAN;     // exit() start -> the enqueue reached (queue trace hook)
+    double enqueue_us = NAN;         // the enqueue reached -> exit() returned (the wake included)
+    double start_delay_us = NAN;     // the item's wait before the reaper began its teardown
+    double worker_idle_ms = NAN;     // how long the reaper had had nothing to do
+    double torn_down_ms = NAN;       // exit() start -> flush() returned: the munmap is done
+    double memory_back_ms = NAN;
+    double teardown_cpu_ms = NAN;    // inline: the exiting thread's CPU; deferred: the worker's
+    double cal = 0, res = 0;         // function-call and rescheduling interrupts, all CPUs,
+                                     // exit() start -> flush() returned
+    double worker_switches = 0;      // the worker's context switches in that window
+    bool timed_out = false;
+    std::optional<teardown::decision> decided;
+  };
+
+  teardown_sample measured_teardown(labelled_kernel& k, double bytes) {
+    on_off_kernel& kernel = *k.kernel;
+    const pinned_here pin(k.exit_cpu);
+    const auto idle_since = clock_type::now();  // the previous teardown was flushed before this
+    const std::uint64_t before = mem_.free_bytes();
+    auto task = populate(kernel, bytes);
+    teardown_sample s;
+    const std::uint64_t worker_cpu_before = kernel.reaper_statistics().worker_cpu_ns;
+    const std::uint64_t switches_before = context_switches(k.worker);
+    const std::uint64_t cal_before = interrupts_named("CAL"), res_before = interrupts_named("RES");
+    g_queue_reached_ns.store(0);
+    g_reap_wait_ns.store(0);
+    const double cpu_before = thread_cpu_ms();
+    const auto start = clock_type::now();
+    const std::uint64_t start_ns = teardown::detail::monotonic_ns();
+    s.decided = task->exit();
+    const std::uint64_t end_ns = teardown::detail::monotonic_ns();
+    const double exit_cpu = thread_cpu_ms() - cpu_before;
+    kernel.flush();
+    s.torn_down_ms = ms_between(start, clock_type::now());
+    // The counters cover exit() start -> flush() returned: the teardown, not the wait below.
+    s.cal = static_cast<double>(interrupts_named("CAL") - cal_before);
+    s.res = static_cast<double>(interrupts_named("RES") - res_before);
+    s.worker_switches = static_cast<double>(context_switches(k.worker) - switches_before);
+    const std::uint64_t worker_cpu_after = kernel.reaper_statistics().worker_cpu_ns;
+    const auto back = wait_memory_back(before, bytes);
+    s.exit_us = static_cast<double>(end_ns - start_ns) / 1e3;
+    s.worker_idle_ms = ms_between(idle_since, start);
+    s.timed_out = !back;
+    s.memory_back_ms = ms_between(start, back.value_or(clock_type::now()));
+    const std::uint64_t reached = g_queue_reached_ns.load();
+    if (k.deferred && reached >= start_ns && reached <= end_ns) {
+      s.bookkeeping_us = static_cast<double>(reached - start_ns) / 1e3;
+      s.enqueue_us = static_cast<double>(end_ns - reached) / 1e3;
+      s.start_delay_us = static_cast<double>(g_reap_wait_ns.load()) / 1e3;
+    }
+    s.teardown_cpu_ms =
+        k.deferred ? static_cast<double>(worker_cpu_after - worker_cpu_before) / 1e6 : exit_cpu;
+    return s;
+  }
+
+  // Runs every kernel in turn, opts_.reps times, and adds one row per kernel; ratios against
+  // the first (the inline kernel).
+  void teardown_rows(const char* kind, double gib, std::vector<labelled_kernel>& kernels) {
+    const double bytes = gib * kGiB;
+    if (const auto why = over_memory_rule(bytes)) {
+      for (const labelled_kernel& k : kernels) {
+        add_row(json_object().set("kind", kind).set("size_gib", gib).set("kernel", k.label).set("skipped", *why));
+      }
+      table_.push_back(strprintf("                  %6.3g  skipped: %s", gib, why->c_str()));
+      return;
+    }
+    teardown::trace::add_hook<teardown::trace::queue_event>(&on_queue);
+    teardown::trace::add_hook<teardown::trace::reap_event>(&on_reap);
+    std::vector<std::vector<teardown_sample>> samples(kernels.size());
+    std::optional<std::string> failed;
+    for (int rep = 0; rep < opts_.reps && !failed; ++rep) {
+      for (std::size_t i = 0; i < kernels.size(); ++i) {
+        progress("%s %.3g GiB %s rep %d/%d: ", kind, gib, kernels[i].label.c_str(), rep + 1, opts_.reps);
+        try {
+          const teardown_sample s = measured_teardown(kernels[i], bytes);
+          const bool queued = s.decided == teardown::decision::queued;
+          if (queued != kernels[i].deferred) throw std::runtime_error("an exit was not decided as the kernel says");
+          samples[i].push_back(s);
+          progress(", exit %.1f us, memory back %.1f ms, CPU %.1f ms, CAL %.0f, RES %.0f\n", s.exit_us, s.memory_back_ms,
+                   s.teardown_cpu_ms, s.cal, s.res);
+        } catch (const std::exception& e) {
+          failed = std::string("failed: ") + e.what();
+          progress("%s\n", failed->c_str());
+          break;
+        }
+      }
+    }
+    (void)teardown::trace::remove_hook<teardown::trace::queue_event>(&on_queue);
+    (void)teardown::trace::remove_hook<teardown::trace::reap_event>(&on_reap);
+    const auto column = [&](std::size_t i, double teardown_sample::*field) {
+      std::vector<double> values;
+      for (const teardown_sample& s : samples[i]) {
+        if (!std::isnan(s.*field)) values.push_back(s.*field);
+      }
+      return values;
+    };
+    const auto median_of = [&](std::size_t i, double teardown_sample::*field) {
+      const std::vector<double> values = column(i, field);
+      return values.empty() ? NAN : summarize(values).median;
+    };
+    const double inline_exit = median_of(0, &teardown_sample::exit_us);
+    const double inline_back = median_of(0, &teardown_sample::memory_back_ms);
+    const double inline_torn = median_of(0, &teardown_sample::torn_down_ms);
+    const double inline_cpu = median_of(0, &teardown_sample::teardown_cpu_ms);
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+      json_object row;
+      row.set("kind", kind).set("size_gib", gib).set("kernel", kernels[i].label);
+      if (failed) row.set("skipped", *failed);
+      if (!samples[i].empty()) {
+        const auto put = [&](const char* key, double teardown_sample::*field) {
+          const std::vector<double> values = column(i, field);
+          if (!values.empty()) row.set(key, summarize(values));
+        };
+        put("exit_path_us", &teardown_sample::exit_us);
+        put("bookkeeping_us", &teardown_sample::bookkeeping_us);
+        put("enqueue_and_wake_us", &teardown_sample::enqueue_us);
+        put("teardown_start_delay_us", &teardown_sample::start_delay_us);
+        put("worker_idle_ms", &teardown_sample::worker_idle_ms);
+        put("torn_down_ms", &teardown_sample::torn_down_ms);
+        put("memory_back_ms", &teardown_sample::memory_back_ms);
+        put("teardown_cpu_ms", &teardown_sample::teardown_cpu_ms);
+        put("cal_interrupts", &teardown_sample::cal);
+        put("res_interrupts", &teardown_sample::res);
+        put("worker_context_switches", &teardown_sample::worker_switches);
+        const double exit = median_of(i, &teardown_sample::exit_us);
+        const double back = median_of(i, &teardown_sample::memory_back_ms);
+        const double torn = median_of(i, &teardown_sample::torn_down_ms);
+        const double cpu = median_of(i, &teardown_sample::teardown_cpu_ms);
+        row.set("exit_fraction_of_inline", exit / inline_exit)
+            .set("torn_down_vs_inline", torn / inline_torn)
+            .set("memory_back_vs_inline", back / inline_back)
+            .set("cpu_vs_inline", cpu / inline_cpu)
+            .set("reps", static_cast<int>(samples[i].size()));
+        table_.push_back(strprintf(
+            "                  %6.3g  %-18s %9.2f  1/%-7.0f %7.2f %8.2f %9.1f  %7.1f %6.3f  %7.1f %6.3f  %7.1f %6.3f  %5.0f %5.0f %5.0f",
+            gib, kernels[i].label.c_str(), exit, inline_exit / exit, median_of(i, &teardown_sample::bookkeeping_us),
+            median_of(i, &teardown_sample::enqueue_us), median_of(i, &teardown_sample::start_delay_us), torn,
+            torn / inline_torn, back, back / inline_back, cpu, cpu / inline_cpu, median_of(i, &teardown_sample::cal),
+            median_of(i, &teardown_sample::res), median_of(i, &teardown_sample::worker_switches)));
+      }
+      add_row(std::move(row));
+    }
+  }
+
+  static constexpr const char* kTeardownHeading =
+      "%-17s GiB  kernel              exit us  of inline  bookkp  enq+wake  start us  torn ms  /inl    back ms /inl    CPU ms  /inl    CAL   RES   w.csw";
+
+  // The deferred exit split into the model's bookkeeping (task::exit, mmput_exit, put's steps up
+  // to the enqueue), the enqueue with its wake, and the teardown's start delay, for the default
+  // wake and the polling reaper, beside the inline exit.
+  void exit_breakdown() {
+    heading(strprintf(kTeardownHeading, "exit_breakdown").c_str());
+    const auto poll = std::chrono::nanoseconds(static_cast<std::int64_t>(opts_.poll_interval_us * 1e3));
+    {
+      const double gib = opts_.sizes_gib.front();  // the goal's size; the others add only time
+      std::vector<labelled_kernel> kernels;
+      kernels.push_back(make_kernel("inline", false, {.name = "mmr_inline"}));
+      kernels.push_back(make_kernel("deferred_wake", true, {.name = "mmr_wake"}));
+      kernels.push_back(make_kernel(strprintf("deferred_poll_%gus", opts_.poll_interval_us), true,
+                                    {.name = "mmr_poll", .poll_interval = poll}));
+      teardown_rows("exit_breakdown", gib, kernels);
+      warm_breakdown(gib, kernels);
+    }
+  }
+
+  // The same split with warm caches: simulated mms of the same size (no memory to populate, so
+  // nothing evicts the lines the exit path touches), exited back to back with a flush between,
+  // so the reaper had been idle only microseconds. Beside the cold exits above it separates the
+  // cost of the instructions from the cost of the cache and TLB misses after a populate.
+  void warm_breakdown(double gib, std::vector<labelled_kernel>& kernels) {
+    const int count = opts_.quick ? 50 : 400;
+    teardown::trace::add_hook<teardown::trace::queue_event>(&on_queue);
+    for (labelled_kernel& k : kernels) {
+      if (!k.deferred) continue;
+      std::vector<double> exit_us, bookkeeping_us, enqueue_us;
+      for (int n = 0; n < count; ++n) {
+        auto task = k.kernel->spawn(pages_for(gib * kGiB), backing::simulated);
+        g_queue_reached_ns.store(0);
+        const std::uint64_t start_ns = teardown::detail::monotonic_ns();
+        const auto decided = task->exit();
+        const std::uint64_t end_ns = teardown::detail::monotonic_ns();
+        const std::uint64_t reached = g_queue_reached_ns.load();
+        k.kernel->flush();
+        if (decided != teardown::decision::queued || reached < start_ns || reached > end_ns) continue;
+        exit_us.push_back(static_cast<double>(end_ns - start_ns) / 1e3);
+        bookkeeping_us.push_back(static_cast<double>(reached - start_ns) / 1e3);
+        enqueue_us.push_back(static_cast<double>(end_ns - reached) / 1e3);
+      }
+      if (exit_us.empty()) continue;
+      const summary e = summarize(exit_us), b = summarize(bookkeeping_us), q = summarize(enqueue_us);
+      add_row(json_object()
+                  .set("kind", "exit_breakdown_warm")
+                  .set("size_gib", gib)
+                  .set("kernel", k.label)
+                  .set("exit_path_us", e)
+                  .set("bookkeeping_us", b)
+                  .set("enqueue_and_wake_us", q)
+                  .set("samples", static_cast<int>(exit_us.size())));
+      table_.push_back(strprintf("                  %6.3g  %-18s %9.2f  (warm: simulated mm, back to back) %7.2f %8.2f", gib,
+                                 k.label.c_str(), e.median, b.median, q.median));
+    }
+    (void)teardown::trace::remove_hook<teardown::trace::queue_event>(&on_queue);
+  }
+
+  // Where the reaper's extra CPU and the late memory go. The same teardown inline (the exiting
+  // thread pinned to CPU 0) and deferred with the reaper placed and prioritised five ways, the
+  // last also polling (no wake on the exit path); CAL counts the cross-CPU function calls (TLB
+  // shootdowns among them), RES the wake-ups.
+  void placement() {
+    heading(strprintf(kTeardownHeading, "placement").c_str());
+    const double gib = opts_.sizes_gib.front();
+    const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    const int other = cpus > 1 ? 1 : 0;
+    std::vector<labelled_kernel> kernels;
+    kernels.push_back(make_kernel("inline_cpu0", false, {.name = "mmr_inline"}, 0));
+    kernels.push_back(make_kernel("reaper_default", true, {.name = "mmr_default"}, 0));
+    kernels.push_back(make_kernel("reaper_nice0", true, {.name = "mmr_nice0", .nice = 0}, 0));
+    kernels.push_back(make_kernel("reaper_same_cpu", true, {.name = "mmr_same", .cpus = {0}}, 0));
+    kernels.push_back(make_kernel("reaper_other_cpu", true, {.name = "mmr_other", .cpus = {other}}, 0));
+    kernels.push_back(make_kernel("reaper_same_nice0", true, {.name = "mmr_same0", .nice = 0, .cpus = {0}}, 0));
+    const auto poll = std::chrono::nanoseconds(static_cast<std::int64_t>(opts_.poll_interval_us * 1e3));
+    kernels.push_back(make_kernel("poll_same_cpu", true, {.name = "mmr_poll_same", .cpus = {0}, .poll_interval = poll}, 0));
+    teardown_rows("placement", gib, kernels);
+  }
+
+  // ---- wake_vs_idle and poll_price: a bare reaper, a trivial item ----
+
+  struct probe_item {
+    teardown::llist_node hook;
+  };
+  static inline std::atomic<std::uint64_t> probe_started_ns{0};
+  struct probe_fn {
+    void operator()(probe_item&) const noexcept {
+      probe_started_ns.store(teardown::detail::monotonic_ns(), std::memory_order_release);  // pairs with the waiter's acquire
+    }
+  };
+  using probe_reaper = teardown::reaper<probe_item, &probe_item::hook, probe_fn>;
+
+  struct enqueue_samples {
+    std::vector<double> enqueue_ns, start_us;
+  };
+
+  // `count` enqueues, each after the reaper has been idle `idle` (the producer sleeps too).
+  static enqueue_samples sample_enqueues(probe_reaper& reaper, std::chrono::microseconds idle, int count) {
+    enqueue_samples out;
+    probe_item item;
+    for (int n = 0; n < count; ++n) {
+      reaper.flush();
+      std::this_thread::sleep_for(idle);
+      probe_started_ns.store(0, std::memory_order_relaxed);
+      const std::uint64_t t0 = teardown::detail::monotonic_ns();
+      reaper.enqueue(item);
+      const std::uint64_t t1 = teardown::detail::monotonic_ns();
+      std::uint64_t started = 0;
+      while ((started = probe_started_ns.load(std::memory_order_acquire)) == 0) std::this_thread::yield();
+      out.enqueue_ns.push_back(static_cast<double>(t1 - t0));
+      out.start_us.push_back(static_cast<double>(started - t0) / 1e3);
+    }
+    return out;
+  }
+
+  // The wake's cost on the producer as a function of how long the worker slept, against the
+  // polling reaper's enqueue (no wake) after the same idle time.
+  void wake_vs_idle() {
+    heading("wake_vs_idle      idle ms  policy         enqueue ns p50 [min, max]       teardown start us p50 [max]   wakeups/enq");
+    const auto poll = std::chrono::nanoseconds(static_cast<std::int64_t>(opts_.poll_interval_us * 1e3));
+    struct level {
+      std::chrono::microseconds idle;
+      int count;
+    };
+    const level levels[] = {{std::chrono::microseconds(20), 200}, {std::chrono::microseconds(2000), 100},
+                            {std::chrono::microseconds(20000), 40}, {std::chrono::microseconds(200000), 12}};
+    probe_reaper wake(probe_fn{}, {.name = "probe_wake", .spin_polls = 0});
+    probe_reaper polling(probe_fn{}, {.name = "probe_poll", .spin_polls = 0, .poll_interval = poll});
+    for (const level& l : levels) {
+      const int count = opts_.quick ? std::max(3, l.count / 10) : l.count;
+      for (int policy = 0; policy < 2; ++policy) {
+        probe_reaper& reaper = policy == 0 ? wake : polling;
+        const std::string name = policy == 0 ? "wake" : strprintf("poll_%gus", opts_.poll_interval_us);
+        progress("wake_vs_idle %.3g ms %s x %d ... ", l.idle.count() / 1e3, name.c_str(), count);
+        const std::uint64_t wakeups_before = reaper.stats().wakeups;
+        const enqueue_samples s = sample_enqueues(reaper, l.idle, count);
+        const double wakeups = static_cast<double>(reaper.stats().wakeups - wakeups_before) / count;
+        const summary e = summarize(s.enqueue_ns);
+        const summary st = summarize(s.start_us);
+        progress("p50 %.0f ns\n", e.median);
+        add_row(json_object()
+                    .set("kind", "wake_vs_idle")
+                    .set("idle_ms", l.idle.count() / 1e3)
+                    .set("policy", name)
+                    .set("enqueue_ns", e)
+                    .set("teardown_start_us", st)
+                    .set("wakeups_per_enqueue", wakeups)
+                    .set("samples", count));
+        table_.push_back(strprintf("                  %7.3g  %-13s  %9.0f [%9.0f, %9.0f]      %9.1f [%9.1f]            %.2f",
+                                   l.idle.count() / 1e3, name.c_str(), e.median, e.min, e.max, st.median, st.max, wakeups));
+      }
+    }
+  }
+
+  // What polling costs: the idle worker's CPU and timed wake-ups per second, and how much later a
+  // teardown starts, for a few intervals; the wake policy beside them.
+  void poll_price() {
+    heading("poll_price        interval us  idle CPU us/s  polls/s   teardown start us p50 [max]");
+    std::vector<double> intervals_us = {0, 100, opts_.poll_interval_us, 10000};
+    std::sort(intervals_us.begin(), intervals_us.end());
+    intervals_us.erase(std::unique(intervals_us.begin(), intervals_us.end()), intervals_us.end());
+    const auto window = std::chrono::milliseconds(opts_.quick ? 200 : 1000);
+    for (const double us : intervals_us) {
+      probe_reaper reaper(probe_fn{}, {.name = "probe_price", .spin_polls = 256,
+                                       .poll_interval = std::chrono::nanoseconds(static_cast<std::int64_t>(us * 1e3))});
+      reaper.flush();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const teardown::reaper_stats before = reaper.stats();
+      const auto start = clock_type::now();
+      std::this_thread::sleep_for(window);
+      const teardown::reaper_stats after = reaper.stats();
+      const double seconds = ms_between(start, clock_type::now()) / 1e3;
+      const double cpu_us_per_s = static_cast<double>(after.worker_cpu_ns - before.worker_cpu_ns) / 1e3 / seconds;
+      const double polls_per_s = static_cast<double>(after.polls - before.polls) / seconds;
+      // Teardown start: enqueues at arbitrary phases of the interval.
+      const enqueue_samples s = sample_enqueues(reaper, std::chrono::microseconds(3000), opts_.quick ? 10 : 50);
+      const summary st = summarize(s.start_us);
+      const std::string name = us == 0 ? "wake" : strprintf("%g", us);
+      progress("poll_price %s: %.1f us CPU/s, %.0f polls/s, start p50 %.1f us\n", name.c_str(), cpu_us_per_s, polls_per_s, st.median);
+      add_row(json_object()
+                  .set("kind", "poll_price")
+                  .set("poll_interval_us", us)
+                  .set("idle_cpu_us_per_s", cpu_us_per_s)
+                  .set("polls_per_s", polls_per_s)
+                  .set("teardown_start_us", st)
+                  .set("enqueue_ns", summarize(s.enqueue_ns)));
+      table_.push_back(strprintf("                  %11s  %13.1f  %7.0f   %9.1f [%9.1f]", name.c_str(), cpu_us_per_s, polls_per_s,
+                                 st.median, st.max));
     }
   }
 

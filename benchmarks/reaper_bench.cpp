@@ -69,6 +69,11 @@
 //                              producer) sets the rate; near 0, the producers do.
 //                              drain/reaper_nice0 is the reaper with nice = 0, and
 //                              drain/reaper_yield_50us the reaper with yield_after = 50 µs.
+//                              drain/reaper_same_cpu and drain/reaper_apart pin 1 producer to
+//                              CPU 0 and the worker to CPU 0 (sharing it) or to CPU 1: the two
+//                              placements an unpinned run falls into (docs/benchmarks.md, "Drain
+//                              rate"). drain/reaper_poll_1ms is the reaper with poll_interval =
+//                              1 ms (producers never wake it).
 //
 // Trivial items: fn (or the callback) does only what the case needs: in the drain and stream
 // cases it hands the node back to its producer (one release store); in the latency cases it
@@ -340,6 +345,8 @@ struct peer_config {
   worker_mode mode = worker_mode::shipped;
   int nice = 19;        // the reaper only
   int yield_us = 0;     // the reaper only: reaper_options::yield_after, in microseconds
+  int worker_cpu = -1;  // the reaper only: pin the worker there (reaper_options::cpus); -1: no
+  int poll_us = 0;      // the reaper only: reaper_options::poll_interval, in microseconds
 };
 
 template <class Work>
@@ -368,6 +375,8 @@ class reaper_peer {
     opts.name = "bench_reaper";
     opts.nice = config.nice;
     opts.yield_after = std::chrono::microseconds(config.yield_us);
+    opts.poll_interval = std::chrono::microseconds(config.poll_us);
+    if (config.worker_cpu >= 0) opts.cpus = {config.worker_cpu};
     if (config.mode == worker_mode::sleepy) opts.spin_polls = 0;
     if (config.mode == worker_mode::awake) opts.spin_polls = std::numeric_limits<std::uint32_t>::max();
     return opts;
@@ -571,11 +580,11 @@ void set_percentiles(benchmark::State& state, const char* prefix, sample_set& sa
 
 // ---- the latency cases (one producer: the benchmark's thread) ----
 
-template <template <class> class Peer, int Nice, std::uint64_t IdleNs>
+template <template <class> class Peer, int Nice, std::uint64_t IdleNs, int PollUs = 0>
 void enqueue_asleep(benchmark::State& state) {
   probe.reset();
   node item;  // first: it must outlive the peer
-  Peer<record_start> peer({worker_mode::sleepy, Nice}, 16);
+  Peer<record_start> peer({worker_mode::sleepy, Nice, 0, -1, PollUs}, 16);
   peer.producer_begin();
   // A first item, untimed: the worker's tid, and the producer's first-call costs.
   peer.enqueue(item);
@@ -707,12 +716,36 @@ drain_run<Peer>* current_drain = nullptr;
 // the stop barrier nothing else tells thread 0 when it may delete the run.
 std::atomic<int> drain_producers_done{0};
 
-template <template <class> class Peer, int Nice = 19, int YieldUs = 0>
+// Pins the calling thread to one CPU for its lifetime (cpu < 0: does nothing), then restores.
+class pinned_thread {
+ public:
+  explicit pinned_thread(int cpu) {
+    if (cpu < 0 || sched_getaffinity(0, sizeof old_, &old_) != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(static_cast<std::size_t>(cpu), &one);
+    pinned_ = sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  pinned_thread(const pinned_thread&) = delete;
+  pinned_thread& operator=(const pinned_thread&) = delete;
+  ~pinned_thread() {
+    if (pinned_) (void)sched_setaffinity(0, sizeof old_, &old_);
+  }
+
+ private:
+  cpu_set_t old_{};
+  bool pinned_ = false;
+};
+
+template <template <class> class Peer, int Nice = 19, int YieldUs = 0, int WorkerCpu = -1, int ProducerCpu = -1,
+          int PollUs = 0>
 void drain(benchmark::State& state) {
   using run_t = drain_run<Peer<hand_back>>;
+  const pinned_thread pin(ProducerCpu);
   if (state.thread_index() == 0) {
     drain_producers_done.store(0, std::memory_order_relaxed);  // the start barrier publishes it
-    current_drain<Peer<hand_back>> = new run_t({worker_mode::shipped, Nice, YieldUs}, state.threads());
+    current_drain<Peer<hand_back>> =
+        new run_t({worker_mode::shipped, Nice, YieldUs, WorkerCpu, PollUs}, state.threads());
   }
   auto it = state.begin();
   const auto end = state.end();  // the start barrier
@@ -920,31 +953,35 @@ int syscall_mode(std::uint64_t k) {
                 static_cast<unsigned long long>(peer.wakeups() - before),
                 static_cast<unsigned long long>(peer.batches() - batches_before));
   }
-  {
-    // Asleep: each enqueue once the worker is blocked in futex().
+  // Asleep: each enqueue once the worker is blocked in futex(); with poll_us, a polling worker
+  // (reaper_options::poll_interval), whose producers only push.
+  const auto asleep = [&](const char* phase, int poll_us) {
     probe.reset();
     node item;
-    reaper_peer<record_start> peer({worker_mode::sleepy}, 16);
+    reaper_peer<record_start> peer({worker_mode::sleepy, 19, 0, -1, poll_us}, 16);
     peer.enqueue(item);
-    if (!wait_for_count(1, 30'000'000'000u)) return 1;
+    if (!wait_for_count(1, 30'000'000'000u)) return false;
     const sleep_watch watch(probe.worker_tid.load(std::memory_order_relaxed));
-    if (!watch.usable()) return 1;
+    if (!watch.usable()) return false;
     const std::uint64_t before = peer.wakeups();
-    marker("phase asleep begin");
+    marker((std::string("phase ") + phase + " begin").c_str());
     for (std::uint64_t i = 0; i < k; ++i) {
       if (!watch.wait_until_asleep()) {
         std::fputs("reaper_bench: the worker did not go to sleep in futex() within a second\n", stderr);
-        return 1;
+        return false;
       }
       marker("enqueue begin");
       peer.enqueue(item);
       marker("enqueue end");
-      if (!wait_for_count(i + 2, 30'000'000'000u)) return 1;
+      if (!wait_for_count(i + 2, 30'000'000'000u)) return false;
     }
-    marker("phase asleep end");
-    std::printf("asleep: %llu enqueues, stats().wakeups +%llu\n", static_cast<unsigned long long>(k),
+    marker((std::string("phase ") + phase + " end").c_str());
+    std::printf("%s: %llu enqueues, stats().wakeups +%llu\n", phase, static_cast<unsigned long long>(k),
                 static_cast<unsigned long long>(peer.wakeups() - before));
-  }
+    return true;
+  };
+  if (!asleep("asleep", 0)) return 1;
+  if (!asleep("asleep_polling", 1000)) return 1;
   return 0;
 }
 
@@ -987,6 +1024,10 @@ int main(int argc, char** argv) {
       ->Iterations(kAsleepSamples);
   benchmark::RegisterBenchmark("enqueue_asleep/reaper_nice0", enqueue_asleep<reaper_peer, 0, 0>)
       ->Iterations(kAsleepSamples);
+  // The polling reaper asleep (poll_interval 1 ms): the producer only pushes; wake-to-start is
+  // then the rest of the worker's interval.
+  benchmark::RegisterBenchmark("enqueue_asleep/reaper_poll_1ms", enqueue_asleep<reaper_peer, 19, 0, 1000>)
+      ->Iterations(kAsleepIdleSamples);
   benchmark::RegisterBenchmark("enqueue_asleep/condvar", enqueue_asleep<condvar_peer, 0, 0>)
       ->Iterations(kAsleepSamples);
 #if TEARDOWN_BENCH_HAVE_CALL_RCU
@@ -1019,6 +1060,14 @@ int main(int argc, char** argv) {
             ->UseRealTime());
   // The yield policy's price: a clock read per item, and sched_yield() every 50 µs of draining.
   timed(benchmark::RegisterBenchmark("drain/reaper_yield_50us", drain<reaper_peer, 19, 50>)
+            ->ThreadRange(1, hardware_threads)
+            ->UseRealTime());
+  // The two placements of one producer and the worker, pinned (needs 2 CPUs for "apart").
+  timed(benchmark::RegisterBenchmark("drain/reaper_same_cpu", drain<reaper_peer, 19, 0, 0, 0>)->Threads(1)->UseRealTime());
+  if (hardware_threads > 1) {
+    timed(benchmark::RegisterBenchmark("drain/reaper_apart", drain<reaper_peer, 19, 0, 1, 0>)->Threads(1)->UseRealTime());
+  }
+  timed(benchmark::RegisterBenchmark("drain/reaper_poll_1ms", drain<reaper_peer, 19, 0, -1, -1, 1000>)
             ->ThreadRange(1, hardware_threads)
             ->UseRealTime());
   timed(benchmark::RegisterBenchmark("drain/condvar", drain<condvar_peer>)

@@ -8,8 +8,9 @@
 #
 # Phases (see reaper_bench.cpp): awake_empty (worker polling, each enqueue into an empty queue),
 # awake_stream (worker polling, K enqueues back to back), asleep (each enqueue once the worker is
-# blocked in futex()). Expected: 0 syscalls inside the awake enqueues, and exactly one
-# futex(FUTEX_WAKE_PRIVATE) inside each asleep enqueue. Then, for comparison, `strace -f -c -e
+# blocked in futex()), asleep_polling (the same with reaper_options::poll_interval = 1 ms).
+# Expected: 0 syscalls inside the awake enqueues, exactly one futex(FUTEX_WAKE_PRIVATE) inside
+# each asleep enqueue, and 0 inside the asleep_polling ones. Then, for comparison, `strace -f -c -e
 # trace=futex` over a whole run (all threads, all phases, the waiting between calls included).
 # Needs strace (Debian: strace). ptrace slows every syscall down, so this shows counts, not times.
 set -eu

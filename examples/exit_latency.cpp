@@ -10,13 +10,19 @@
 //   memory free  from that call until free memory (MemAvailable plus the per-CPU free lists)
 //                has recovered, within a tenth of what the process took or 64 MiB; "n/a" when
 //                other processes kept it from recovering within 10 s
-//   CPU          the reaper's CPU for the teardowns against the inline CPU for the same work
+//   CPU          the reaper's CPU for the teardowns (each from its exit until the teardown was
+//                done) against the inline CPU for the same work
+// and the same for a reaper that polls its queue (reaper_options::poll_interval, 1 ms unless
+// --poll-interval says otherwise; 0 leaves the row out): the exiting thread then only pushes and
+// never makes the futex wake; the row's price line gives the idle reaper's CPU and wake-ups per
+// second and how much later a teardown starts.
 // plus a process below the threshold (the sync path with the feature on and off) and the
 // compile-time-off build (basic_mm_system<const_key<false>>, the kernel's CONFIG=n).
 //
 //   exit_latency                 1 GiB, 3 repetitions (medians)
 //   exit_latency 0.5 2 --reps 5  sizes in GiB; each capped at half of the free memory
 //   exit_latency --small         64 MiB, 1 repetition (ctest)
+//   exit_latency --poll-interval 10000   the polling row with a 10 ms interval (in us; 0: none)
 #include <teardown/model/mm.hpp>
 
 #include <algorithm>
@@ -78,6 +84,7 @@ struct sample {
   double torn_down_ms = 0;  // until the teardown is done
   double available_ms = 0;  // until free memory recovered
   double exit_cpu_ms = 0;   // CPU of the exiting thread in that call
+  double reaper_cpu_ms = 0; // CPU of the reaper from that call until the teardown was done
 };
 
 // Progress goes to a terminal only: "\r" lines would litter a log.
@@ -98,6 +105,7 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
   const double before_exit = free_memory();
 
   sample s;
+  const std::uint64_t reaper_cpu_start = kernel.reaper_statistics().worker_cpu_ns;
   const double cpu_start = thread_cpu_ms();
   const auto start = clock_type::now();
   task->exit();
@@ -105,6 +113,8 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
   s.exit_cpu_ms = thread_cpu_ms() - cpu_start;
   kernel.flush();  // the teardown is done once this returns
   s.torn_down_ms = ms_between(start, clock_type::now());
+  // Only this window: a polling reaper's CPU while it idles is its price, shown apart.
+  s.reaper_cpu_ms = double(kernel.reaper_statistics().worker_cpu_ns - reaper_cpu_start) / 1e6;
   // Other activity on the machine moves free memory too, hence the slack. Bounded: 10 s; a
   // timeout is reported as not measured (negative).
   const double target = before_exit + populated - std::max(populated / 10, double(64 << 20));
@@ -125,7 +135,6 @@ struct row_result {
 template <class System>
 row_result run_row(System& kernel, std::uint64_t pages, int reps, const char* label) {
   row_result r;
-  const std::uint64_t cpu_before = kernel.reaper_statistics().worker_cpu_ns;
   for (int rep = 0; rep < reps; ++rep) {
     const std::string progress = std::string(label) + " (" + std::to_string(rep + 1) + "/" + std::to_string(reps) + ")";
     const sample s = measure_exit(kernel, pages, progress.c_str());
@@ -133,8 +142,8 @@ row_result run_row(System& kernel, std::uint64_t pages, int reps, const char* la
     r.torn_down_ms.push_back(s.torn_down_ms);
     r.available_ms.push_back(s.available_ms);
     r.exit_cpu_ms.push_back(s.exit_cpu_ms);
+    r.reaper_cpu_ms += s.reaper_cpu_ms;
   }
-  r.reaper_cpu_ms = double(kernel.reaper_statistics().worker_cpu_ns - cpu_before) / 1e6;
   return r;
 }
 
@@ -150,16 +159,19 @@ std::string size_label(double gib) {
 int main(int argc, char** argv) {
   std::vector<double> sizes_gib;
   int reps = 3;
+  double poll_us = 1000;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--small") == 0) {
       sizes_gib = {1.0 / 16};
       reps = 1;
+    } else if (std::strcmp(argv[i], "--poll-interval") == 0 && i + 1 < argc) {
+      poll_us = std::max(0.0, std::atof(argv[++i]));
     } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else if (const double gib = std::atof(argv[i]); gib > 0) {
       sizes_gib.push_back(gib);
     } else {
-      std::fprintf(stderr, "usage: %s [SIZE_GIB...] [--reps N] [--small]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [SIZE_GIB...] [--reps N] [--poll-interval US] [--small]\n", argv[0]);
       return 2;
     }
   }
@@ -171,6 +183,11 @@ int main(int argc, char** argv) {
   // exercise the reaper, not the backpressure fallback"; so do we.
   mm_system kernel({.async_mm_teardown = false, .max_pending_pages = mm_system::default_max_pending_pages() * 3});
   teardown::model::basic_mm_system<teardown::const_key<false>> compiled_out;
+  // The same kernel whose mm_reaper polls: exits only push onto its queue.
+  const auto poll_interval = std::chrono::nanoseconds(static_cast<std::int64_t>(poll_us * 1e3));
+  mm_system polling({.async_mm_teardown = true,
+                     .max_pending_pages = mm_system::default_max_pending_pages() * 3,
+                     .reaper = {.name = "mm_reaper_poll", .poll_interval = poll_interval}});
 
   std::printf("exit_latency: the model kernel on real memory (%u CPUs, %.1f GiB free, page %zu B), "
               "%d repetition(s), medians\n",
@@ -201,6 +218,28 @@ int main(int argc, char** argv) {
     std::printf("%-22s %10.2f %10.1f %9.0fx %18s %18s %12.2f\n", size_label(gib).c_str(), median(off.exit_ms),
                 median(on.exit_ms) * 1e3, median(off.exit_ms) / median(on.exit_ms), torn_down, available,
                 inline_cpu > 0 ? on.reaper_cpu_ms / inline_cpu : 0.0);
+    if (poll_us > 0) {
+      const row_result polled =
+          run_row(polling, pages_of(gib), reps, (size_label(gib) + ", async on, polling").c_str());
+      std::snprintf(torn_down, sizeof torn_down, "%.1f / %.1f", median(off.torn_down_ms), median(polled.torn_down_ms));
+      std::snprintf(available, sizeof available, "%s / %s", shown(median(off.available_ms)).c_str(),
+                    shown(median(polled.available_ms)).c_str());
+      std::printf("%-22s %10s %10.1f %9.0fx %18s %18s %12.2f\n", (size_label(gib) + ", poll " + std::to_string(int(poll_us)) + "us").c_str(),
+                  "", median(polled.exit_ms) * 1e3, median(off.exit_ms) / median(polled.exit_ms), torn_down, available,
+                  inline_cpu > 0 ? polled.reaper_cpu_ms / inline_cpu : 0.0);
+    }
+  }
+  if (poll_us > 0) {
+    // The polling reaper's price while it has nothing to do, over one idle second.
+    const teardown::reaper_stats before = polling.reaper_statistics();
+    const auto idle_start = clock_type::now();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const teardown::reaper_stats after = polling.reaper_statistics();
+    const double seconds = ms_between(idle_start, clock_type::now()) / 1e3;
+    std::printf("%-22s the idle polling reaper: %.0f us CPU and %.0f timed wake-ups per second; a teardown starts "
+                "up to %.0f us later; its exits made %llu futex wakes\n",
+                "", double(after.worker_cpu_ns - before.worker_cpu_ns) / 1e3 / seconds, double(after.polls - before.polls) / seconds,
+                poll_us, (unsigned long long)after.wakeups);
   }
 
   // Below the threshold the feature must change nothing: both are the inline path.

@@ -11,8 +11,9 @@
 //
 // Who may call what (the reaper must outlive every call, enqueue included)
 //   enqueue              any thread, concurrently. Lock-free. Makes a syscall (one futex wake)
-//   enqueue_chain        only when its add found the queue empty AND the worker is asleep. After
-//                        stop(), and in a fork child, it runs fn(item) on the caller instead.
+//   enqueue_chain        only when its add found the queue empty AND the worker is asleep AND
+//                        poll_interval is 0 (see "Wake policy"); with a poll_interval, never.
+//                        After stop(), and in a fork child, it runs fn(item) on the caller instead.
 //                        Async-signal-safe while the worker runs, a thread's first enqueue
 //                        included (no lock, no allocation: counter.hpp); after stop() and in a
 //                        fork child it runs fn inline, so it is then as safe as fn (and on_error).
@@ -59,6 +60,18 @@
 // worker's exchange comes first, and the kick reads SLEEPING and wakes it. Items added behind a
 // non-empty queue need no kick, because the kick of the add that made it non-empty covers them.
 // tests/model/reaper_wakeup.pml checks this with the spin model checker.
+//
+// Wake policy. The futex wake costs the producer a syscall whose price grows with how long the
+// worker's CPU has been idle (the kernel or hypervisor waking a halted CPU: about 2 us after
+// 20 us idle, 8 us after 200 ms on the VM in docs/benchmarks.md). poll_interval > 0 moves that
+// cost to the worker: a kick that finds SLEEPING wakes nobody, and the worker never sleeps
+// longer than poll_interval before it looks at the queue again. The argument above
+// is unchanged but for its last step: the kick's RMW still orders the add before the worker's
+// next look, and that look comes within poll_interval instead of at once. Only the producers'
+// kick is silent: flush, freeze, stop, reap_on_caller and fork still wake the worker, so none
+// of them waits an interval. The price: about 1 / poll_interval timed wake-ups a second while
+// idle (stats().polls, stats().worker_cpu_ns), and a teardown that starts up to poll_interval
+// later. The default, 0, keeps the producer's wake.
 //
 // Memory ordering: the queue is an llist (release add, acquire del_all), so fn sees everything a
 // producer wrote to the item before enqueue. The state word's RMWs are acq_rel: a worker that
@@ -146,8 +159,9 @@ enum class drain_order { oldest_first, newest_first };
 enum class sched_policy { other, batch, idle };
 
 /// Checked by the constructor before any thread starts: a nice value outside [-20, 19], a
-/// negative CPU, stall_threshold or yield_after, a policy or order that is not one of the enum's
-/// values, or a name holding a NUL byte is refused with std::invalid_argument naming the field.
+/// negative CPU, stall_threshold, yield_after or poll_interval, a policy or order that is not
+/// one of the enum's values, or a name holding a NUL byte is refused with
+/// std::invalid_argument naming the field.
 struct reaper_options {
   std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
   int nice = 19;                                     // applied to the worker thread; [-20, 19]
@@ -162,6 +176,10 @@ struct reaper_options {
   std::chrono::nanoseconds yield_after = std::chrono::nanoseconds(0);  // yield the CPU between
                                          // items once this much time passed since the last
                                          // yield; 0 = never (cond_resched)
+  std::chrono::nanoseconds poll_interval = std::chrono::nanoseconds(0);  // 0: an enqueue that
+                                         // finds the worker asleep wakes it (a futex wake);
+                                         // > 0: enqueue never wakes it, the idle worker looks
+                                         // at the queue at least this often ("Wake policy")
 };
 
 /// Setup steps the worker could not apply: reported in reaper_stats, never fatal.
@@ -187,6 +205,8 @@ struct reaper_stats {
   std::uint64_t stolen = 0;           // items this worker took from its siblings' queues (in a
                                       // reaper_pool; counted in reaped here, in enqueued there)
   std::uint64_t yields = 0;           // times the worker yielded the CPU (yield_after)
+  std::uint64_t polls = 0;            // sleeps that ended at their time limit, not by a kick
+                                      // (poll_interval; in a pool also the steal watch)
 };
 
 /// What a reaper needs of its queue: llist's add, add_batch, del_all and empty, with their
@@ -235,6 +255,10 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
   }
   if (opts.yield_after.count() < 0) {
     refuse("yield_after is negative (" + std::to_string(opts.yield_after.count()) + " ns); 0 means never");
+  }
+  if (opts.poll_interval.count() < 0) {
+    refuse("poll_interval is negative (" + std::to_string(opts.poll_interval.count()) +
+           " ns); 0 means producers wake the worker");
   }
   if (opts.name.find('\0') != std::string::npos) refuse("name holds a NUL byte");
   return opts;
@@ -383,7 +407,8 @@ class reaper final : private detail::fork_participant {
     return 0;
   }
 
-  // After an add that found the queue empty: wake the worker if it sleeps.
+  // After an add that found the queue empty: wake the worker if it sleeps (unless it polls:
+  // see "Wake policy"; the RMW stays, for the STOPPED race below).
   void kick_after_first_add() noexcept {
     oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
     // acq_rel: release publishes the add to a worker that reads KICKED; acquire pairs with the
@@ -391,7 +416,7 @@ class reaper final : private detail::fork_participant {
     const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
     if (previous & stopped_bit) {
       drain_inline();  // the worker is gone and may not have seen this item
-    } else if (previous & sleeping_bit) {
+    } else if ((previous & sleeping_bit) && poll_ns_ == 0) {
       wakeups_.fetch_add(1, std::memory_order_relaxed);
       detail::futex_wake_one(state_);
     }
@@ -552,6 +577,7 @@ class reaper final : private detail::fork_participant {
     s.running = (state_.load(std::memory_order_relaxed) & stopped_bit) == 0;
     s.stolen = stolen_.load(std::memory_order_relaxed);
     s.yields = yields_.load(std::memory_order_relaxed);
+    s.polls = polls_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -626,6 +652,7 @@ class reaper final : private detail::fork_participant {
     worker_thread_ = pthread_self();
     worker_known_.store(true, std::memory_order_release);  // pairs with the acquire in on_worker
     apply_setup();
+    bool polled_idle = false;  // the last sleep ended at its poll limit: no spin before the next
     for (;;) {
       if (control_requested_.load(std::memory_order_relaxed)) {
         if (!take_control_requests(flush_target_)) break;
@@ -648,10 +675,15 @@ class reaper final : private detail::fork_participant {
       // stealing" in reaper_pool.hpp.)
       const bool handed_back = std::exchange(handed_back_, false);
       if (flush_target_ != 0 && !handed_back) complete_flush(std::exchange(flush_target_, 0));
-      if (took) continue;
+      if (took) {
+        polled_idle = false;
+        continue;
+      }
       if (link_.steal != nullptr) set_idle(true);  // a sibling's holding() may now wake this one
-      if (spin_found_work()) continue;
-      sleep_until_kicked();
+      // A worker that polls an idle queue does not spin at every look: the spin is for the
+      // burst right after a batch or a kick.
+      if (!polled_idle && spin_found_work()) continue;
+      polled_idle = sleep_until_kicked() && poll_ns_ != 0;
     }
     // Stop: announce STOPPED first, then drain. A producer whose kick comes after the exchange
     // reads STOPPED and drains on its own thread, so the drain below ends even while
@@ -848,17 +880,22 @@ class reaper final : private detail::fork_participant {
     return false;
   }
 
-  void sleep_until_kicked() noexcept {
+  // True if the sleep ended at its time limit rather than by a kick.
+  bool sleep_until_kicked() noexcept {
+    bool limited = false;  // slept with a time limit
     // acq_rel: acquire pairs with a producer's kick (its add is then visible to our next
     // del_all); release lets a later kick's acquire see our state.
     std::uint32_t previous = state_.exchange(sleeping_bit, std::memory_order_acq_rel);
     if (!(previous & kicked_bit)) {
-      // In a pool, a sibling may hold a batch: sleep no longer than the pool says.
-      const std::uint64_t most = link_.watch != nullptr ? link_.watch(link_.pool, link_.index) : no_watch;
+      // In a pool, a sibling may hold a batch: sleep no longer than the pool says. A polling
+      // worker sleeps no longer than its interval: producers do not wake it.
+      std::uint64_t most = link_.watch != nullptr ? link_.watch(link_.pool, link_.index) : no_watch;
+      if (poll_ns_ != 0) most = std::min(most, poll_ns_);
       if (most == no_watch) {
         // Sleeps only while the word still says SLEEPING; a kick changes it first.
         while (state_.load(std::memory_order_relaxed) == sleeping_bit) detail::futex_wait(state_, sleeping_bit);
       } else if (most != 0) {
+        limited = true;
         const std::uint64_t until = detail::monotonic_ns() + most;
         for (std::uint64_t now = detail::monotonic_ns();
              state_.load(std::memory_order_relaxed) == sleeping_bit && now < until; now = detail::monotonic_ns()) {
@@ -868,7 +905,9 @@ class reaper final : private detail::fork_participant {
     }
     // acq_rel: reading KICKED (set before or while we slept) synchronizes with that producer.
     previous = state_.exchange(0, std::memory_order_acq_rel);
-    (void)previous;
+    const bool timed_out = limited && previous == sleeping_bit;  // nobody kicked: the limit ended it
+    if (timed_out) polls_.fetch_add(1, std::memory_order_relaxed);
+    return timed_out;
   }
 
   void drain_on_worker() noexcept {
@@ -1140,6 +1179,8 @@ class reaper final : private detail::fork_participant {
   std::atomic<std::uint32_t> setup_warnings_{0};
 
   const pool_link link_;
+  // 0: producers wake the worker (see "Wake policy").
+  const std::uint64_t poll_ns_ = static_cast<std::uint64_t>(opts_.poll_interval.count());
 
   // Written by producers (and by the worker when it sleeps and wakes).
   alignas(64) Queue queue_;
@@ -1168,6 +1209,7 @@ class reaper final : private detail::fork_participant {
   std::atomic<std::uint64_t> errors_{0};
   std::atomic<std::uint64_t> inline_reaped_{0};
   std::atomic<std::uint64_t> yields_{0};
+  std::atomic<std::uint64_t> polls_{0};
 
   // Control plane: guarded by control_mutex_.
   alignas(64) mutable std::mutex control_mutex_;

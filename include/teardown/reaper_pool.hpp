@@ -18,6 +18,8 @@
 //   enqueue_chain         futex wake when the add found the worker's queue empty and the worker
 //                         asleep), plus, with stealing on, at most one kick of a sibling (a futex
 //                         wake if it sleeps) when the add found a backlog older than steal_after.
+//                         With worker.poll_interval > 0: no syscall, no sibling kick (reaper.hpp,
+//                         "Wake policy"; the siblings find the backlog when they next look).
 //                         After stop(), and in a fork child, fn runs inline on the caller.
 //                         Async-signal-safe as reaper::enqueue (while the workers run; then as
 //                         safe as fn): the worker is the thread's shard index modulo N, taken
@@ -446,6 +448,7 @@ class reaper_pool final : private detail::fork_participant {
       sum.running = sum.running || s.running;
       sum.stolen += s.stolen;
       sum.yields += s.yields;
+      sum.polls += s.polls;
     }
     sum.pending = sum.enqueued > sum.reaped ? sum.enqueued - sum.reaped : 0;
     return sum;
@@ -706,6 +709,9 @@ class reaper_pool final : private detail::fork_participant {
 
   // A producer's add found worker `index`'s queue non-empty since `since`.
   void wake_for_backlog(std::size_t index, std::uint64_t since) noexcept {
+    // Polling workers (reaper_options::poll_interval): a producer never wakes anyone; an idle
+    // sibling finds the backlog and steals at its next look.
+    if (workers_[index]->poll_ns_ != 0) return;
     if (steal_after_ns_ != 0) {
       const std::uint64_t now = detail::coarse_monotonic_ns();
       if (now < since || now - since < steal_after_ns_) return;
