@@ -728,6 +728,11 @@ struct jittery_atomics {
       jitter();
       return base::compare_exchange_weak(expected, desired, success, failure);
     }
+    // Stores too: a clear written as a load and a store would leave a window between them.
+    void store(W value, std::memory_order order) noexcept {
+      jitter();
+      base::store(value, order);
+    }
   };
 };
 
