@@ -407,8 +407,6 @@ struct gated_atomics {
     released.store(false, std::memory_order_relaxed);
   }
 
-  // The test thread, once the adder has stopped.
-  static void wait_until_stopped() noexcept { stopped.wait(false, std::memory_order_acquire); }
   static void release() noexcept {
     released.store(true, std::memory_order_release);
     released.notify_all();
@@ -440,22 +438,55 @@ struct gated_atomics {
 
 using gated_list = sharded_llist<item, &item::hook, gated_atomics>;
 
+// A thread that calls add_to(shard, element) and stops before its flag.
+class gated_adder {
+ public:
+  gated_adder(gated_list& list, std::size_t shard, item& element) {
+    gated_atomics::reset();
+    thread_ = std::thread([this, &list, shard, &element] {
+      gated_atomics::stop_before_flag = true;
+      kicked_ = list.add_to(shard, element);
+      gated_atomics::stop_before_flag = false;
+      // release: pairs with the acquire loads below; kicked_ is read after it.
+      done_.store(true, std::memory_order_release);
+    });
+  }
+  gated_adder(const gated_adder&) = delete;
+  gated_adder& operator=(const gated_adder&) = delete;
+  ~gated_adder() { (void)finish(); }
+
+  // True once the add has pushed and stopped; false if it returned without stopping.
+  bool stopped() const {
+    // acquire: pairs with the release stores of stopped and done_.
+    const bool settled = eventually([this] {
+      return gated_atomics::stopped.load(std::memory_order_acquire) ||
+             done_.load(std::memory_order_acquire);
+    });
+    return settled && gated_atomics::stopped.load(std::memory_order_acquire);
+  }
+
+  // Lets the add go on and returns what it returned.
+  bool finish() {
+    gated_atomics::release();
+    if (thread_.joinable()) thread_.join();
+    return kicked_;
+  }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+  bool kicked_ = false;
+};
+
 TEST(ShardedLlistSummaryTest, ANodeWhoseAdderHasNotFlaggedYetIsTakenByADelAllThatFindsNoFlag) {
   // The adder may never get to its flag (a parent's thread in a fork child): a del_all that
   // reads the summary word as zero looks at every shard, so nothing is stranded.
   gated_list list(16);
-  gated_atomics::reset();
   item a{1};
-  bool kicked = false;
-  std::thread adder([&] {
-    gated_atomics::stop_before_flag = true;
-    kicked = list.add_to(2, a);
-  });
-  gated_atomics::wait_until_stopped();
+  gated_adder adder(list, 2, a);
+  ASSERT_TRUE(adder.stopped()) << "the add returned without a compare-and-swap of the summary word";
   EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{1});
-  gated_atomics::release();
-  adder.join();
-  EXPECT_TRUE(kicked) << "its flag found the word zero: a spurious kick, never a missing one";
+  EXPECT_TRUE(adder.finish()) << "its flag found the word zero: a spurious kick, never a missing one";
   EXPECT_TRUE(list.del_all().empty()) << "the late flag names an empty shard";
   EXPECT_TRUE(list.empty());
 }
@@ -464,19 +495,12 @@ TEST(ShardedLlistSummaryTest, ANodeBehindAPendingFlagIsTakenAfterItsAdderFlags) 
   // While another shard is flagged, del_all visits only that one; the stopped adder's flag,
   // once set, kicks (the word was cleared meanwhile), and the next del_all takes the node.
   gated_list list(16);
-  gated_atomics::reset();
   item a{1}, b{2};
-  bool kicked = false;
-  std::thread adder([&] {
-    gated_atomics::stop_before_flag = true;
-    kicked = list.add_to(2, a);
-  });
-  gated_atomics::wait_until_stopped();
+  gated_adder adder(list, 2, a);
+  ASSERT_TRUE(adder.stopped()) << "the add returned without a compare-and-swap of the summary word";
   EXPECT_TRUE(list.add_to(5, b)) << "the stopped add has not claimed the kick";
   EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{2});
-  gated_atomics::release();
-  adder.join();
-  EXPECT_TRUE(kicked) << "the consumer must come back for the node";
+  EXPECT_TRUE(adder.finish()) << "the consumer must come back for the node";
   EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{1});
   EXPECT_TRUE(list.empty());
 }
