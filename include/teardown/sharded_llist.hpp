@@ -214,7 +214,7 @@ class sharded_llist {
     const std::size_t group = std::min(mask_ + 1, word_bits);
     for (std::size_t base = mask_ + 1 - group;; base -= group) {
       for (word bits = flagged; bits != 0;) {
-        const auto bit = static_cast<std::size_t>(std::bit_width(bits)) - 1;
+        const std::size_t bit = word_bits - 1 - static_cast<std::size_t>(std::countl_zero(bits));
         bits &= ~(word{1} << bit);
         take(base + bit, taken);
       }
