@@ -25,9 +25,10 @@
 //   the thread's shard index: lock-free too, with no allocation (counter.hpp). Async-signal-safe,
 //   the first call included, as are del_all and empty (on std_atomics; see llist.hpp).
 // - del_all races with adds and with other del_all callers; each node goes to exactly one of
-//   them. Wait-free on std_atomics: one exchange of the summary word, then one exchange per
-//   flagged shard, or, when none is flagged, a relaxed load of every shard and one exchange per
-//   shard found non-empty (at most K + 1 exchanges); then a walk over the nodes it takes (below).
+//   them. Wait-free on std_atomics: a load of the summary word and, if it holds flags, one
+//   exchange of it and one exchange per flagged shard; if it holds none, a relaxed load of
+//   every shard and one exchange per shard found non-empty (at most K + 1 exchanges); then a
+//   walk over the nodes it takes (below).
 // - There is no del_first: popping one node would have to pick a shard, would carry llist's
 //   single-consumer rule (the ABA note in llist.hpp) on that shard, and would need a rule for
 //   re-arming the was-empty signal when a consumer empties the list one node at a time. A
@@ -56,9 +57,11 @@
 // - add: push to the shard (llist's release CAS). If the shard was non-empty, return false. If
 //   it was empty, set the shard's bit with a CAS loop (release) and return whether the word was
 //   zero just before: true for the first flag since the last clear, and that add kicks.
-// - del_all: FIRST summary_.exchange(0) (acquire; clear and read the flags), THEN exchange every
-//   shard whose bit it read. When it read zero it takes no shard by flag; instead it loads every
-//   head (relaxed) and exchanges each non-empty one (see "Nodes behind a flag not yet set").
+// - del_all: load the word (relaxed). If it holds flags: FIRST summary_.exchange(0) (acquire;
+//   clear and read the flags), THEN exchange every shard whose bit that read. If the load (or
+//   the exchange) read zero, it takes no shard by flag; instead it loads every head (relaxed)
+//   and exchanges each non-empty one (see "Nodes behind a flag not yet set"). A poll of an idle
+//   list thus writes nothing: it leaves every line with its producer.
 // llist::add returns true when the list was empty; here a shard going empty -> non-empty is not
 // enough (the consumer may be awake, busy with another shard's nodes, or asleep with every shard
 // empty), and reading all K heads on every add would bring back the shared line.
@@ -76,10 +79,12 @@
 // del_all that finds the word zero, as nodes behind an llist adder that has not kicked yet wait).
 // If E read zero, E is the kick. If not, walk back through summary_'s order: before E come only
 // producer flags back to the last clear (or the initial zero), and the first of them, F, read
-// zero and kicked. No clear lies between F and E. A del_all D that begins after F returned clears
-// at R, after F (F happens before R), hence after E. If R is the first clear after E, it reads
-// s's bit (only a clear removes a bit), and D exchanges s; if another clear R' by D' lies
-// between, D' read the bit and exchanges s, and the argument goes on with D'. E is a release and
+// zero and kicked. No clear lies between F and E. A del_all D that begins after F returned reads
+// the word after F (F happens before its load, which therefore reads F's value or a later one).
+// If D read flags, it clears at R, after F, hence after E; if it read zero, that zero is later
+// than F's value, so a clear lies after F, hence after E. Either way a clear follows E. The
+// first clear after E reads s's bit (only a clear removes a bit), and its del_all (D, or one
+// running beside or before it) exchanges s. E is a release and
 // the clear an acquire, and everything between them on summary_ is an RMW (E's release
 // sequence), so E synchronizes with the clear: z's push happens before that del_all's exchange
 // of s, which therefore comes after z's push in s's order and takes x unless an earlier take
@@ -108,8 +113,9 @@
 // per consumer pass. So sharding pays when shards stay non-empty between passes (a consumer busy
 // with a batch, bursts of adds); if the consumer drains every shard after each add, each add
 // costs two RMWs, one of them on the summary word, which then is as contended as an llist head.
-// del_all costs one RMW on the summary word and one exchange per flagged shard (each a line
-// transfer: a producer wrote it), or K relaxed loads when nothing is flagged, plus the walk
+// del_all costs a load and an RMW of the summary word and one exchange per flagged shard (each a
+// line transfer: a producer wrote it), or 1 + K relaxed loads and no write when nothing is
+// flagged (lines the consumer already holds, unless a producer wrote them), plus the walk
 // above. empty() is K relaxed loads.
 //
 // Memory ordering: as llist's. Everything a thread wrote to an element before add(element) (or
@@ -195,10 +201,14 @@ class sharded_llist {
   /// every shard that holds nodes; the batch yields shard 0's nodes newest first, then shard
   /// 1's, and so on. O(nodes taken) to join the shards.
   [[nodiscard]] batch del_all() noexcept {
-    // Clear before taking, and with an RMW (see "The summary word"). acquire: pairs with the
-    // release CAS in flag(); a producer whose flag precedes this clear in summary_'s order
-    // pushed before it, and the shard exchanges below see that push.
-    const word flagged = summary_.exchange(0, std::memory_order_acquire);
+    // Clear before taking, and with an RMW (see "The summary word"), but only a word that has
+    // flags: a polling consumer then reads lines no producer wrote, and takes none of them
+    // away from their producers. Relaxed: a zero read orders nothing (see "Nodes behind a flag
+    // not yet set"). The exchange is acquire: it pairs with the release CAS in flag(); a
+    // producer whose flag precedes this clear in summary_'s order pushed before it, and the
+    // shard exchanges below see that push.
+    word flagged = summary_.load(std::memory_order_relaxed);
+    if (flagged != 0) flagged = summary_.exchange(0, std::memory_order_acquire);
     batch taken;
     if (flagged == 0) {
       // Nodes whose adder has not flagged yet (see "Nodes behind a flag not yet set"). Last
