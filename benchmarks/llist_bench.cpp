@@ -37,6 +37,14 @@
 // measured push, the same for every case. The consumer yields when a take comes back empty.
 // limit/fetch_add has no nodes.
 //
+// The consumer-bound case (consumer_bound/<case>/producers:P, for llist/std, sharded_llist/std
+// and sharded_llist/std with 16 shards) turns this around: the benchmark's one thread is the
+// consumer, taking in a loop without yielding, and P more threads push from their pools as fast
+// as it hands nodes back. One iteration is one take; items/s counts the nodes the consumer
+// took, and the summary prints each case's items/s and its ratio to llist/std's at the same P.
+// It measures what a take costs the consumer: sharded_llist takes only the shards its summary
+// word flags, where a single head takes one line.
+//
 // Peers whose package CMake did not find are compiled out (TEARDOWN_BENCH_HAVE_BOOST, _CK,
 // _URCU) and named on stderr and in the JSON context as skipped.
 #include <benchmark/benchmark.h>
