@@ -197,9 +197,9 @@ class sharded_llist {
   }
 
   /// Thread-safe; wait-free on std_atomics (lock-free on ao_atomics, whose exchange is a CAS
-  /// loop). Clears the summary word, then takes every shard it flagged, or, if it flagged none,
-  /// every shard that holds nodes; the batch yields shard 0's nodes newest first, then shard
-  /// 1's, and so on. O(nodes taken) to join the shards.
+  /// loop). Clears the summary word if it holds flags and takes every shard it flagged, or, if
+  /// it held none, every shard that holds nodes; the batch yields shard 0's nodes newest first,
+  /// then shard 1's, and so on. O(nodes taken) to join the shards.
   [[nodiscard]] batch del_all() noexcept {
     // Clear before taking, and with an RMW (see "The summary word"), but only a word that has
     // flags: a polling consumer then reads lines no producer wrote, and takes none of them
