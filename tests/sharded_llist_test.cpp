@@ -1,13 +1,16 @@
 // Specification of teardown::sharded_llist on every Atomics backend: the llist members it shares
 // (add, add_batch, del_all, empty) with their meanings, the shards, the order del_all yields,
-// and the structure-wide was-empty signal; then llist_batch::append, which del_all joins the
-// shards with; then the debug check; then many-thread stress (suite names ending StressTest): a
-// consumer that sleeps until a producer's add returns true (many producers, and a hand-off of
-// one node at a time), and two concurrent del_all callers. The stress suites also run on a
-// test-only Atomics policy that pauses at random before every read-modify-write, which widens
-// the races a lost wake-up needs: a del_all that re-arms after taking the shards instead of
-// before failed there on every run tried (a debug build, 2 cores). Stress runs are bounded by
-// node counts, never by time, and shrink under sanitizers.
+// the structure-wide was-empty signal and the summary word of flagged shards (which shards a
+// del_all exchanges, counted by a test policy; an adder held between its push and its flag by
+// another); then llist_batch::append, which del_all joins the shards with; then the debug check;
+// then many-thread stress (suite names ending StressTest): a consumer that sleeps until a
+// producer's add returns true (many producers, shards sharing a summary bit, and a hand-off of
+// one node at a time), and polling del_all callers beside many producers. The stress suites also
+// run on a test-only Atomics policy that pauses at random before every read-modify-write and
+// store, which widens the races a lost wake-up needs: a del_all that clears the summary word
+// after taking the shards, an add that flags before it pushes, and a clear split into a load and
+// a store each failed there on the runs tried (a debug build, 2 loaded cores). Stress runs are
+// bounded by node counts, never by time, and shrink under sanitizers.
 #include "teardown/sharded_llist.hpp"
 
 #include <gtest/gtest.h>
