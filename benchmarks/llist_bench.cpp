@@ -37,6 +37,14 @@
 // measured push, the same for every case. The consumer yields when a take comes back empty.
 // limit/fetch_add has no nodes.
 //
+// The consumer-bound case (consumer_bound/<case>/producers:P, for llist/std, sharded_llist/std
+// and sharded_llist/std with 16 shards) turns this around: the benchmark's one thread is the
+// consumer, taking in a loop without yielding, and P more threads push from their pools as fast
+// as it hands nodes back. One iteration is one take; items/s counts the nodes the consumer
+// took, and the summary prints each case's items/s and its ratio to llist/std's at the same P.
+// It measures what a take costs the consumer: sharded_llist takes only the shards its summary
+// word flags, where a single head takes one line.
+//
 // Peers whose package CMake did not find are compiled out (TEARDOWN_BENCH_HAVE_BOOST, _CK,
 // _URCU) and named on stderr and in the JSON context as skipped.
 #include <benchmark/benchmark.h>
@@ -161,6 +169,21 @@ class alignas(64) node_pool {
     return n;
   }
 
+  // take(), or nullptr once `stop` is set while the node is still out (the consumer-bound case
+  // stops its consumer first, so a producer waiting for a node must not wait for ever).
+  bench_node* take_unless(const std::atomic<bool>& stop) noexcept {
+    bench_node& n = nodes_[next_];
+    // acquire: pairs with the release in hand_back().
+    while (n.in_flight.load(std::memory_order_acquire)) {
+      if (stop.load(std::memory_order_relaxed)) return nullptr;
+      std::this_thread::yield();
+    }
+    next_ = (next_ + 1) & (kPoolNodes - 1);
+    // relaxed: as in take().
+    n.in_flight.store(true, std::memory_order_relaxed);
+    return &n;
+  }
+
  private:
   std::unique_ptr<bench_node[]> nodes_;
   std::size_t next_ = 0;
@@ -176,6 +199,9 @@ struct alignas(64) intrusive_list_case {
   static constexpr bool uses_nodes = true;
   explicit intrusive_list_case(std::size_t /*capacity*/) {}
 
+  // A sharded_llist of `shards` shards.
+  explicit intrusive_list_case(std::size_t /*capacity*/, std::size_t shards) : list(shards) {}
+
   void push(bench_node& n) noexcept { (void)list.add(n); }
   bool take_all() noexcept {
     auto batch = list.del_all();
@@ -183,6 +209,15 @@ struct alignas(64) intrusive_list_case {
     // The batch unlinks each node before yielding it, so it may be handed back at once.
     for (bench_node& n : batch) hand_back(n);
     return true;
+  }
+  // take_all() for the consumer-bound case: the number of nodes taken.
+  std::size_t take_counted() noexcept {
+    std::size_t taken = 0;
+    for (bench_node& n : list.del_all()) {
+      hand_back(n);
+      ++taken;
+    }
+    return taken;
   }
 
   List list;
@@ -378,14 +413,69 @@ void producer_scaling(benchmark::State& state) {
   }
 }
 
-// The console table as usual, then each case's time per push divided by limit/fetch_add's at
-// the same producer count (medians when --benchmark_repetitions > 1).
+// The consumer-bound case. The benchmark's own thread is the consumer: one iteration is one
+// take (take_counted(), never a yield when it comes back empty), and the items are the nodes
+// taken, so items_per_second is what the consumer moves. `producers` more threads push from
+// their pools as fast as the consumer hands nodes back. Shards: 0 for an llist or a
+// sharded_llist of the default shard count, else a sharded_llist of that many.
+template <class Case, std::size_t Shards>
+void consumer_bound(benchmark::State& state, std::size_t producers) {
+  std::unique_ptr<Case> shared;
+  if constexpr (Shards == 0) {
+    shared = std::make_unique<Case>(producers * kPoolNodes);
+  } else {
+    shared = std::make_unique<Case>(producers * kPoolNodes, Shards);
+  }
+  std::vector<node_pool> pools(producers);
+  // Relaxed: it only ends the producers' loops; the joins below order their pushes before the
+  // final drain.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (std::size_t p = 0; p < producers; ++p) {
+    threads.emplace_back([&shared, &pools, &stop, p] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        bench_node* n = pools[p].take_unless(stop);
+        if (n == nullptr) break;
+        shared->push(*n);
+      }
+    });
+  }
+
+  std::size_t taken = 0;
+  for (auto _ : state) taken += shared->take_counted();
+  state.SetItemsProcessed(static_cast<std::int64_t>(taken));
+
+  stop.store(true, std::memory_order_relaxed);
+  for (std::thread& thread : threads) thread.join();
+  while (shared->take_counted() != 0) {
+  }
+}
+
+// The consumer-bound cases (registered as "consumer_bound/<case>/producers:<P>", one thread:
+// the consumer) and the producer counts they run at.
+constexpr std::string_view kConsumerBound = "consumer_bound/";
+const char* const kConsumerBoundCases[] = {"llist/std", "sharded_llist/std",
+                                           "sharded_llist/std/16_shards"};
+
+std::string consumer_bound_name(std::string_view name, std::size_t producers) {
+  return std::string(kConsumerBound) + std::string(name) + "/producers:" + std::to_string(producers);
+}
+
+// The console table as usual, then each push-side case's time per push divided by
+// limit/fetch_add's at the same producer count, then the consumer-bound cases' items per second
+// and their ratio to llist/std's (medians when --benchmark_repetitions > 1).
 class ratio_reporter : public teardown_bench::summary_reporter {
  public:
-  using summary_reporter::summary_reporter;
+  ratio_reporter(OutputOptions options, std::size_t max_producers)
+      : summary_reporter(options), max_producers_(max_producers) {}
 
  private:
   void print_summary(std::FILE* out) const override {
+    print_push_side(out);
+    print_consumer_bound(out);
+  }
+
+  void print_push_side(std::FILE* out) const {
     const std::vector<std::int64_t>& thread_counts = runs().thread_counts();
     std::fprintf(out, "\nns per push (all producers together) and ratio to limit/fetch_add:\n");
     std::fprintf(out, "%-28s", "producers");
@@ -394,6 +484,7 @@ class ratio_reporter : public teardown_bench::summary_reporter {
     }
     std::fprintf(out, "\n");
     for (const std::string& name : runs().names()) {
+      if (std::string_view(name).starts_with(kConsumerBound)) continue;
       std::fprintf(out, "%-28s", name.c_str());
       for (std::int64_t threads : thread_counts) {
         const double time = value(name, threads);
@@ -422,11 +513,50 @@ class ratio_reporter : public teardown_bench::summary_reporter {
     }
   }
 
+  // The goal: at low producer counts, a sharded_llist's consumer moves nearly as many items as
+  // a single head's.
+  void print_consumer_bound(std::FILE* out) const {
+    bool any = false;
+    for (const char* name : kConsumerBoundCases) {
+      for (std::size_t p = 1; p <= max_producers_; ++p) any |= items_per_second(name, p) > 0;
+    }
+    if (!any) return;
+    std::fprintf(out, "\nconsumer-bound: M items/s taken by the one consumer, and ratio to llist/std:\n");
+    std::fprintf(out, "%-28s", "producers");
+    for (std::size_t p = 1; p <= max_producers_; ++p) std::fprintf(out, "%24zu", p);
+    std::fprintf(out, "\n");
+    for (const char* name : kConsumerBoundCases) {
+      std::fprintf(out, "%-28s", name);
+      for (std::size_t p = 1; p <= max_producers_; ++p) {
+        const double rate = items_per_second(name, p);
+        const double single = items_per_second("llist/std", p);
+        if (rate <= 0) {
+          std::fprintf(out, "%24s", "-");
+        } else if (single <= 0) {
+          std::fprintf(out, "%12.1f M/s%8s", rate / 1e6, "");
+        } else {
+          std::fprintf(out, "%12.1f M/s %6.2fx", rate / 1e6, rate / single);
+        }
+      }
+      std::fprintf(out, "\n");
+    }
+  }
+
   // ns per push, all producers together; 0 if the case did not run at that count.
   double value(const std::string& name, std::int64_t threads) const {
     const Run* run = runs().median(name, threads);
     return run == nullptr ? 0 : run->GetAdjustedRealTime();
   }
+
+  // Items per second taken by the consumer-bound case's consumer; 0 if it did not run.
+  double items_per_second(std::string_view name, std::size_t producers) const {
+    const Run* run = runs().median(consumer_bound_name(name, producers), 1);
+    if (run == nullptr) return 0;
+    const auto it = run->counters.find("items_per_second");
+    return it == run->counters.end() ? 0 : it->second.value;
+  }
+
+  std::size_t max_producers_;
 };
 
 // A benchmark's own MinTime would override --benchmark_min_time, so it is set only when the
@@ -439,6 +569,17 @@ void register_case(const char* name, int max_producers) {
                         ->ThreadRange(1, max_producers)
                         ->UseRealTime();
   if (default_min_time) benchmark->MinTime(kMinTimeSeconds);
+}
+
+template <class Case, std::size_t Shards = 0>
+void register_consumer_bound(const char* name, int max_producers) {
+  for (int p = 1; p <= max_producers; ++p) {
+    auto* benchmark = benchmark::RegisterBenchmark(
+        consumer_bound_name(name, static_cast<std::size_t>(p)).c_str(),
+        consumer_bound<Case, Shards>, static_cast<std::size_t>(p));
+    benchmark->UseRealTime();
+    if (default_min_time) benchmark->MinTime(kMinTimeSeconds);
+  }
 }
 
 [[maybe_unused]] void skipped(const char* name, const char* why) {
@@ -479,6 +620,13 @@ int main(int argc, char** argv) {
 #endif
   register_case<mutex_vector_case>("peer/mutex_vector", hardware_threads);
 
+  register_consumer_bound<llist_case<teardown::std_atomics>>(kConsumerBoundCases[0],
+                                                             hardware_threads);
+  register_consumer_bound<sharded_llist_case<teardown::std_atomics>>(kConsumerBoundCases[1],
+                                                                     hardware_threads);
+  register_consumer_bound<sharded_llist_case<teardown::std_atomics>, 16>(kConsumerBoundCases[2],
+                                                                         hardware_threads);
+
   benchmark::AddCustomContext("llist_bench consumer", "1 thread, in addition to the producers");
   benchmark::AddCustomContext("llist_bench pool nodes per producer", std::to_string(kPoolNodes));
   benchmark::AddCustomContext("teardown llist checks", TEARDOWN_LLIST_CHECKS ? "on" : "off");
@@ -491,7 +639,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   ratio_reporter reporter(isatty(STDOUT_FILENO) ? benchmark::ConsoleReporter::OO_ColorTabular
-                                                : benchmark::ConsoleReporter::OO_Tabular);
+                                                : benchmark::ConsoleReporter::OO_Tabular,
+                          static_cast<std::size_t>(hardware_threads));
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

@@ -1,13 +1,16 @@
 // Specification of teardown::sharded_llist on every Atomics backend: the llist members it shares
 // (add, add_batch, del_all, empty) with their meanings, the shards, the order del_all yields,
-// and the structure-wide was-empty signal; then llist_batch::append, which del_all joins the
-// shards with; then the debug check; then many-thread stress (suite names ending StressTest): a
-// consumer that sleeps until a producer's add returns true (many producers, and a hand-off of
-// one node at a time), and two concurrent del_all callers. The stress suites also run on a
-// test-only Atomics policy that pauses at random before every read-modify-write, which widens
-// the races a lost wake-up needs: a del_all that re-arms after taking the shards instead of
-// before failed there on every run tried (a debug build, 2 cores). Stress runs are bounded by
-// node counts, never by time, and shrink under sanitizers.
+// the structure-wide was-empty signal and the summary word of flagged shards (which shards a
+// del_all exchanges, counted by a test policy; an adder held between its push and its flag by
+// another); then llist_batch::append, which del_all joins the shards with; then the debug check;
+// then many-thread stress (suite names ending StressTest): a consumer that sleeps until a
+// producer's add returns true (many producers, shards sharing a summary bit, and a hand-off of
+// one node at a time), and polling del_all callers beside many producers. The stress suites also
+// run on a test-only Atomics policy that pauses at random before every read-modify-write and
+// store, which widens the races a lost wake-up needs: a del_all that clears the summary word
+// after taking the shards, an add that flags before it pushes, and a clear split into a load and
+// a store each failed there on the runs tried (a debug build, 2 loaded cores). Stress runs are
+// bounded by node counts, never by time, and shrink under sanitizers.
 #include "teardown/sharded_llist.hpp"
 
 #include <gtest/gtest.h>
@@ -20,6 +23,7 @@
 #include <functional>
 #include <latch>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 #include <type_traits>
@@ -314,6 +318,196 @@ TYPED_TEST(ShardedLlistTest, SingleShardListSignalsLikeAnLlist) {
   (void)ids_of(list.del_all());
 }
 
+// --- The summary word: which shards del_all visits -----------------------------------------
+
+TYPED_TEST(ShardedLlistTest, ShardsThatShareASummaryBitAreAllTakenInShardOrder) {
+  // With 128 shards, shards 5 and 69 share bit 5 of the summary word (see "The summary word").
+  typename TestFixture::list list(128);
+  item a{1}, b{2}, c{3};
+  EXPECT_TRUE(list.add_to(69, a));
+  EXPECT_FALSE(list.add_to(5, b)) << "the kick is pending: bit 5 is already set";
+  EXPECT_FALSE(list.add_to(70, c));
+  EXPECT_EQ(ids_of(list.del_all()), (std::vector<int>{2, 1, 3}));
+  EXPECT_TRUE(list.empty());
+}
+
+TYPED_TEST(ShardedLlistTest, EveryBitOfTheSummaryWordReachesItsShards) {
+  typename TestFixture::list list(TestFixture::list::max_shards);
+  std::vector<std::unique_ptr<item>> items;
+  for (std::size_t shard = 0; shard < list.shard_count(); ++shard) {
+    items.push_back(std::make_unique<item>(static_cast<int>(shard)));
+    EXPECT_EQ(list.add_to(shard, *items.back()), shard == 0) << "shard " << shard;
+  }
+  std::vector<int> expected(list.shard_count());
+  for (std::size_t shard = 0; shard < expected.size(); ++shard) expected[shard] = static_cast<int>(shard);
+  EXPECT_EQ(ids_of(list.del_all()), expected);
+  EXPECT_TRUE(list.empty());
+}
+
+TYPED_TEST(ShardedLlistTest, AShardTakenAgainAfterItsFlagWasClearedIsFlaggedAgain) {
+  typename TestFixture::list list(8);
+  item a{1}, b{2};
+  EXPECT_TRUE(list.add_to(6, a));
+  EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{1});
+  EXPECT_TRUE(list.add_to(6, b));
+  EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{2});
+}
+
+// Counts the exchanges on pointer words: the shard heads (the summary word is an integer).
+struct counting_atomics {
+  static inline std::atomic<std::size_t> head_exchanges{0};
+
+  template <class W>
+  class atomic : public std::atomic<W> {
+    using base = std::atomic<W>;
+
+   public:
+    using base::base;
+
+    W exchange(W value, std::memory_order order) noexcept {
+      if constexpr (std::is_pointer_v<W>) head_exchanges.fetch_add(1, std::memory_order_relaxed);
+      return base::exchange(value, order);
+    }
+  };
+};
+
+using counting_list = sharded_llist<item, &item::hook, counting_atomics>;
+
+TEST(ShardedLlistSummaryTest, DelAllExchangesOnlyTheShardsThatWentNonEmpty) {
+  counting_list list(16);
+  item a{1}, b{2}, c{3};
+  list.add_to(3, a);
+  list.add_to(9, b);
+  list.add_to(9, c);
+  counting_atomics::head_exchanges.store(0, std::memory_order_relaxed);
+  EXPECT_EQ(ids_of(list.del_all()), (std::vector<int>{1, 3, 2}));
+  EXPECT_EQ(counting_atomics::head_exchanges.load(std::memory_order_relaxed), 2u)
+      << "a take must not write the line of a shard nobody added to";
+}
+
+TEST(ShardedLlistSummaryTest, DelAllOfAnIdleListExchangesNoShard) {
+  counting_list list(16);
+  item a{1};
+  list.add_to(12, a);
+  EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{1});
+  counting_atomics::head_exchanges.store(0, std::memory_order_relaxed);
+  EXPECT_TRUE(list.del_all().empty());
+  EXPECT_TRUE(list.del_all().empty());
+  EXPECT_EQ(counting_atomics::head_exchanges.load(std::memory_order_relaxed), 0u)
+      << "an empty poll must only read the shards";
+}
+
+// Stops one chosen add between its push and its flag: the thread that sets stop_before_flag
+// waits, just before its first compare-and-swap of an integer word (the summary word), until
+// the test releases it.
+struct gated_atomics {
+  static inline thread_local bool stop_before_flag = false;
+  static inline std::atomic<bool> stopped{false};
+  static inline std::atomic<bool> released{false};
+
+  static void reset() noexcept {
+    stopped.store(false, std::memory_order_relaxed);
+    released.store(false, std::memory_order_relaxed);
+  }
+
+  static void release() noexcept {
+    released.store(true, std::memory_order_release);
+    released.notify_all();
+  }
+
+  template <class W>
+  class atomic : public std::atomic<W> {
+    using base = std::atomic<W>;
+
+   public:
+    using base::base;
+
+    bool compare_exchange_weak(W& expected, W desired, std::memory_order success,
+                               std::memory_order failure) noexcept {
+      if constexpr (std::is_integral_v<W>) {
+        if (stop_before_flag) {
+          stop_before_flag = false;
+          // release / acquire: the test sees our push once it sees us stopped, and we see
+          // what it did before releasing us.
+          stopped.store(true, std::memory_order_release);
+          stopped.notify_all();
+          released.wait(false, std::memory_order_acquire);
+        }
+      }
+      return base::compare_exchange_weak(expected, desired, success, failure);
+    }
+  };
+};
+
+using gated_list = sharded_llist<item, &item::hook, gated_atomics>;
+
+// A thread that calls add_to(shard, element) and stops before its flag.
+class gated_adder {
+ public:
+  gated_adder(gated_list& list, std::size_t shard, item& element) {
+    gated_atomics::reset();
+    thread_ = std::thread([this, &list, shard, &element] {
+      gated_atomics::stop_before_flag = true;
+      kicked_ = list.add_to(shard, element);
+      gated_atomics::stop_before_flag = false;
+      // release: pairs with the acquire loads below; kicked_ is read after it.
+      done_.store(true, std::memory_order_release);
+    });
+  }
+  gated_adder(const gated_adder&) = delete;
+  gated_adder& operator=(const gated_adder&) = delete;
+  ~gated_adder() { (void)finish(); }
+
+  // True once the add has pushed and stopped; false if it returned without stopping.
+  bool stopped() const {
+    // acquire: pairs with the release stores of stopped and done_.
+    const bool settled = eventually([this] {
+      return gated_atomics::stopped.load(std::memory_order_acquire) ||
+             done_.load(std::memory_order_acquire);
+    });
+    return settled && gated_atomics::stopped.load(std::memory_order_acquire);
+  }
+
+  // Lets the add go on and returns what it returned.
+  bool finish() {
+    gated_atomics::release();
+    if (thread_.joinable()) thread_.join();
+    return kicked_;
+  }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+  bool kicked_ = false;
+};
+
+TEST(ShardedLlistSummaryTest, ANodeWhoseAdderHasNotFlaggedYetIsTakenByADelAllThatFindsNoFlag) {
+  // The adder may never get to its flag (a parent's thread in a fork child): a del_all that
+  // reads the summary word as zero looks at every shard, so nothing is stranded.
+  gated_list list(16);
+  item a{1};
+  gated_adder adder(list, 2, a);
+  ASSERT_TRUE(adder.stopped()) << "the add returned without a compare-and-swap of the summary word";
+  EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{1});
+  EXPECT_TRUE(adder.finish()) << "its flag found the word zero: a spurious kick, never a missing one";
+  EXPECT_TRUE(list.del_all().empty()) << "the late flag names an empty shard";
+  EXPECT_TRUE(list.empty());
+}
+
+TEST(ShardedLlistSummaryTest, ANodeBehindAPendingFlagIsTakenAfterItsAdderFlags) {
+  // While another shard is flagged, del_all visits only that one; the stopped adder's flag,
+  // once set, kicks (the word was cleared meanwhile), and the next del_all takes the node.
+  gated_list list(16);
+  item a{1}, b{2};
+  gated_adder adder(list, 2, a);
+  ASSERT_TRUE(adder.stopped()) << "the add returned without a compare-and-swap of the summary word";
+  EXPECT_TRUE(list.add_to(5, b)) << "the stopped add has not claimed the kick";
+  EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{2});
+  EXPECT_TRUE(adder.finish()) << "the consumer must come back for the node";
+  EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{1});
+  EXPECT_TRUE(list.empty());
+}
+
 // --- add_batch -----------------------------------------------------------------------------
 
 TYPED_TEST(ShardedLlistTest, AddBatchPublishesTheWholeChainOnTheCallersShard) {
@@ -493,17 +687,24 @@ struct taker_tally {
 };
 
 // Producer p adds nodes.at(p, 0..n) in order: even producers one by one with add, odd ones in
-// chains of chain_length with add_batch. `kick` runs after every add that returned true. A
-// producer yields after each add so that, on a machine with fewer cores than threads, takers
-// run between adds rather than after them all.
+// chains of chain_length with add_batch; or, given a shard, every producer one by one with
+// add_to(shard). `kick` runs after every add that returned true. A producer yields after each
+// add so that, on a machine with fewer cores than threads, takers run between adds rather than
+// after them all.
 template <class List, class Kick>
-void produce(List& list, stress_nodes& nodes, std::size_t producer, Kick kick) {
+void produce(List& list, stress_nodes& nodes, std::size_t producer, Kick kick,
+             std::optional<std::size_t> shard = std::nullopt) {
   constexpr std::size_t chain_length = 8;
   typename List::chain chain;
   for (std::size_t i = 0; i < nodes.per_producer(); ++i) {
     stress_item& node = nodes.at(producer, i);
     node.producer = producer;
     node.sequence = i;
+    if (shard) {
+      if (list.add_to(*shard, node)) kick();
+      std::this_thread::yield();
+      continue;
+    }
     if (producer % 2 == 0) {
       if (list.add(node)) kick();
       std::this_thread::yield();
@@ -554,6 +755,11 @@ struct jittery_atomics {
       jitter();
       return base::compare_exchange_weak(expected, desired, success, failure);
     }
+    // Stores too: a clear written as a load and a store would leave a window between them.
+    void store(W value, std::memory_order order) noexcept {
+      jitter();
+      base::store(value, order);
+    }
   };
 };
 
@@ -577,7 +783,10 @@ class ShardedLlistStressTest : public ::testing::Test {
   // if a wake-up were lost it would sleep with nodes left and no kick to come. The main thread
   // detects exactly that state (asleep, every producer done, no kick since its del_all began),
   // counts it, and kicks it so that the test ends with a failure instead of hanging.
-  void expect_sleeping_consumer_takes_every_node_once(std::size_t shards) {
+  // shard_of(p), when given, is the shard producer p adds to (with add_to); else each adds to
+  // its own (add and add_batch).
+  void expect_sleeping_consumer_takes_every_node_once(
+      std::size_t shards, std::size_t (*shard_of)(std::size_t) = nullptr) {
     list shared(shards);
     stress_nodes nodes(producer_count, nodes_per_producer);
     std::atomic<std::uint32_t> kicks{0};
@@ -615,7 +824,8 @@ class ShardedLlistStressTest : public ::testing::Test {
     for (std::size_t p = 0; p < producer_count; ++p) {
       producers.emplace_back([&, p] {
         start.arrive_and_wait();
-        produce(shared, nodes, p, kick);
+        produce(shared, nodes, p, kick,
+                shard_of != nullptr ? std::optional<std::size_t>(shard_of(p)) : std::nullopt);
       });
     }
     for (std::thread& producer : producers) producer.join();
@@ -654,13 +864,23 @@ TYPED_TEST(ShardedLlistStressTest, SleepingConsumerIsNeverLeftAsleepWithProducer
   this->expect_sleeping_consumer_takes_every_node_once(2);
 }
 
-TYPED_TEST(ShardedLlistStressTest, SleepingConsumerIsNeverLeftAsleepInAHandOffPerNode) {
-  // One node at a time: the producer adds node r (to shard r modulo the shard count) only once
-  // the consumer has taken node r - 1, so each add races the consumer's next del_all and its
-  // fall asleep, the window in which a wake-up can be lost. The producer, waiting for its node
-  // to be taken, detects a consumer asleep after a del_all that began with every kick counted.
+// Producers 0 to 3 on shards 0, 64, 1 and 65 of 128: two by two on one bit of the summary word.
+std::size_t two_per_summary_bit(std::size_t producer) { return (producer % 2) * 64 + producer / 2; }
+
+TYPED_TEST(ShardedLlistStressTest, SleepingConsumerIsNeverLeftAsleepWithShardsSharingASummaryBit) {
+  this->expect_sleeping_consumer_takes_every_node_once(128, two_per_summary_bit);
+}
+
+// One node at a time: the producer adds node r (to shard_of(r)) only once the consumer has taken
+// node r - 1, so each add races the consumer's next del_all and its fall asleep, the window in
+// which a wake-up can be lost; and, when del_all finds no flag and takes a node whose flag is
+// still to come, that late flag races the next clear. The producer, waiting for its node to be
+// taken, detects a consumer asleep after a del_all that began with every kick counted.
+template <class List>
+void expect_hand_off_never_leaves_the_consumer_asleep(std::size_t shards,
+                                                      std::size_t (*shard_of)(std::size_t)) {
   const std::size_t rounds = scaled(20000);
-  typename TestFixture::list shared(4);
+  List shared(shards);
   stress_nodes nodes(1, rounds);
   std::atomic<std::uint32_t> kicks{0};
   std::atomic<std::uint64_t> idle_after{0};  // as in the test above
@@ -696,7 +916,7 @@ TYPED_TEST(ShardedLlistStressTest, SleepingConsumerIsNeverLeftAsleepInAHandOffPe
     stress_item& node = nodes.at(0, r);
     node.producer = 0;
     node.sequence = r;
-    if (shared.add_to(r, node)) kick();
+    if (shared.add_to(shard_of(r), node)) kick();
     while (consumed.load(std::memory_order_acquire) <= r) {
       // acquire: pairs with the consumer's release store of idle_after, which follows its
       // store of consumed, so a consumer idle after taking node r is not mistaken for a lost one.
@@ -719,14 +939,30 @@ TYPED_TEST(ShardedLlistStressTest, SleepingConsumerIsNeverLeftAsleepInAHandOffPe
   EXPECT_TRUE(shared.empty());
 }
 
-TYPED_TEST(ShardedLlistStressTest, TwoDelAllCallersTakeEveryNodeExactlyOnce) {
-  constexpr std::size_t taker_count = 2;
-  typename TestFixture::list shared(TestFixture::producer_count);
-  stress_nodes nodes(TestFixture::producer_count, TestFixture::nodes_per_producer);
-  std::atomic<std::size_t> producers_finished{0};
-  std::vector<taker_tally> tallies(taker_count, taker_tally(TestFixture::producer_count));
+TYPED_TEST(ShardedLlistStressTest, SleepingConsumerIsNeverLeftAsleepInAHandOffPerNode) {
+  expect_hand_off_never_leaves_the_consumer_asleep<typename TestFixture::list>(
+      4, [](std::size_t round) { return round; });
+}
 
-  std::latch start(TestFixture::producer_count + taker_count);
+TYPED_TEST(ShardedLlistStressTest, SleepingConsumerIsNeverLeftAsleepInAHandOffAcrossSummaryBits) {
+  // Rounds alternate between shards 64 apart (one summary bit) and move on every two rounds.
+  expect_hand_off_never_leaves_the_consumer_asleep<typename TestFixture::list>(
+      128, [](std::size_t round) { return (round % 2) * 64 + (round / 2) % 4; });
+}
+
+// taker_count threads poll del_all (never sleeping) while producer_count producers add
+// per_producer nodes each, to their own shards, or to shard_of(p) when given. Bounded by the
+// node count: each taker stops at the first empty del_all that began after every add.
+template <class List>
+void expect_takers_take_every_node_exactly_once(std::size_t shards, std::size_t producer_count,
+                                                std::size_t taker_count, std::size_t per_producer,
+                                                std::size_t (*shard_of)(std::size_t) = nullptr) {
+  List shared(shards);
+  stress_nodes nodes(producer_count, per_producer);
+  std::atomic<std::size_t> producers_finished{0};
+  std::vector<taker_tally> tallies(taker_count, taker_tally(producer_count));
+
+  std::latch start(static_cast<std::ptrdiff_t>(producer_count + taker_count));
   std::vector<std::thread> threads;
   for (std::size_t c = 0; c < taker_count; ++c) {
     threads.emplace_back([&, c] {
@@ -736,7 +972,7 @@ TYPED_TEST(ShardedLlistStressTest, TwoDelAllCallersTakeEveryNodeExactlyOnce) {
         // acquire: pairs with each producer's release increment. Read before del_all: if every
         // add happened before this del_all and it came back empty, nothing is left for us.
         const bool all_added =
-            producers_finished.load(std::memory_order_acquire) == TestFixture::producer_count;
+            producers_finished.load(std::memory_order_acquire) == producer_count;
         auto batch = shared.del_all();
         if (batch.empty()) {
           if (all_added) return;
@@ -747,10 +983,11 @@ TYPED_TEST(ShardedLlistStressTest, TwoDelAllCallersTakeEveryNodeExactlyOnce) {
       }
     });
   }
-  for (std::size_t p = 0; p < TestFixture::producer_count; ++p) {
+  for (std::size_t p = 0; p < producer_count; ++p) {
     threads.emplace_back([&, p] {
       start.arrive_and_wait();
-      produce(shared, nodes, p, [] {});
+      produce(shared, nodes, p, [] {},
+              shard_of != nullptr ? std::optional<std::size_t>(shard_of(p)) : std::nullopt);
       // release: a taker that sees every producer finished also sees all their adds.
       producers_finished.fetch_add(1, std::memory_order_release);
     });
@@ -766,6 +1003,27 @@ TYPED_TEST(ShardedLlistStressTest, TwoDelAllCallersTakeEveryNodeExactlyOnce) {
   EXPECT_EQ(taken, nodes.size());
   EXPECT_EQ(nodes.taken_other_than(1), 0u) << "a node went to two takers, or to none";
   EXPECT_TRUE(shared.empty());
+}
+
+TYPED_TEST(ShardedLlistStressTest, TwoDelAllCallersTakeEveryNodeExactlyOnce) {
+  expect_takers_take_every_node_exactly_once<typename TestFixture::list>(
+      TestFixture::producer_count, TestFixture::producer_count, 2, TestFixture::nodes_per_producer);
+}
+
+// Producers 0 to 7 on shards 0, 64, 128, 192, 1, 65, 129 and 193 of 256: four on each of two bits
+// of the summary word, one in each group of 64 shards.
+std::size_t four_per_summary_bit(std::size_t producer) { return (producer % 4) * 64 + producer / 4; }
+
+TYPED_TEST(ShardedLlistStressTest, ManyProducersAndTwoTakersAcrossSummaryBitsTakeEveryNodeOnce) {
+  // Every add races both takers' clears and shard exchanges; a flag wiped without its shard
+  // taken, or a node taken twice, shows as a count other than 1 (or a taker that never stops).
+  expect_takers_take_every_node_exactly_once<typename TestFixture::list>(
+      256, 8, 2, TestFixture::nodes_per_producer / 4, four_per_summary_bit);
+}
+
+TYPED_TEST(ShardedLlistStressTest, ManyProducersOnTheirOwnShardsAndOneTakerTakeEveryNodeOnce) {
+  expect_takers_take_every_node_exactly_once<typename TestFixture::list>(
+      16, 8, 1, TestFixture::nodes_per_producer / 2);
 }
 
 }  // namespace

@@ -18,13 +18,17 @@
 //     del_all                            -                  -        -
 //     empty                              -                  -        -
 //
-// - add, add_batch and add_to race with anything. Lock-free: one llist add on the shard, and
-//   at most one exchange on a shared word (see "Was-empty signal"). A thread's first call of
-//   any of teardown's sharded structures (this one or sharded_counter) also takes the thread's
-//   shard index: lock-free too, with no allocation (counter.hpp). Async-signal-safe, the first
-//   call included, as are del_all and empty (on std_atomics; see llist.hpp).
+// - add, add_batch and add_to race with anything. Lock-free: one llist add on the shard and, when
+//   the shard was empty, one compare-and-swap loop on the shared summary word (see "The summary
+//   word"), which retries only when another thread changed that word in between. A thread's
+//   first call of any of teardown's sharded structures (this one or sharded_counter) also takes
+//   the thread's shard index: lock-free too, with no allocation (counter.hpp). Async-signal-safe,
+//   the first call included, as are del_all and empty (on std_atomics; see llist.hpp).
 // - del_all races with adds and with other del_all callers; each node goes to exactly one of
-//   them. Wait-free on std_atomics: K + 1 exchanges and a walk over the nodes it takes (below).
+//   them. Wait-free on std_atomics: a load of the summary word and, if it holds flags, one
+//   exchange of it and one exchange per flagged shard; if it holds none, a relaxed load of
+//   every shard and one exchange per shard found non-empty (at most K + 1 exchanges); then a
+//   walk over the nodes it takes (below).
 // - There is no del_first: popping one node would have to pick a shard, would carry llist's
 //   single-consumer rule (the ABA note in llist.hpp) on that shard, and would need a rule for
 //   re-arming the was-empty signal when a consumer empties the list one node at a time. A
@@ -39,59 +43,89 @@
 // them up after thread churn). More threads than shards share: that costs speed, never
 // correctness. add_to(shard, element) adds to a shard of the caller's choosing.
 //
-// Order: del_all concatenates the shards, shard 0 first, each newest first; reverse() makes
-// each shard oldest first. A thread adds to one shard, so its own adds keep their order; there
-// is no order between nodes of different shards. Joining the shards walks each taken shard's
-// nodes but the last shard's to find its end: O(n) in the nodes taken, which a consumer then
-// walks anyway (the walk brings their lines to its cache).
+// Order: del_all concatenates the shards it takes, shard 0 first, each newest first; reverse()
+// makes each shard oldest first. A thread adds to one shard, so its own adds keep their order;
+// there is no order between nodes of different shards. Joining the shards walks each taken
+// shard's nodes but the last shard's to find its end: O(n) in the nodes taken, which a consumer
+// then walks anyway (the walk brings their lines to its cache).
 //
-// Was-empty signal. llist::add returns true when the list was empty, and that adder kicks the
-// consumer. Here a shard going empty -> non-empty is not enough (the consumer may be awake,
-// busy with another shard's nodes, or asleep with every shard empty), and reading all K heads
-// on every add would bring back the shared line. Instead one word, armed_, says "the consumer
-// side has started taking everything: the next producer to find its shard empty must kick".
+// The summary word. One word, summary_, holds a bit per shard (shard i has bit i mod 64; with
+// more than 64 shards a bit stands for every shard of its residue). A set bit says "this shard
+// went empty -> non-empty since the last del_all cleared the word". It serves two ends: del_all
+// visits only flagged shards instead of all K (a take at low producer counts touches two lines,
+// not K + 1), and the word's being zero is the was-empty signal's "armed" state.
 // - add: push to the shard (llist's release CAS). If the shard was non-empty, return false. If
-//   it was empty, return armed_.exchange(false): true for the first such add since the last
-//   re-arm, which kicks.
-// - del_all: FIRST armed_.exchange(true) (re-arm), THEN exchange every shard's head.
-// Every write to armed_ is a read-modify-write, so they fall in one modification order and each
+//   it was empty, set the shard's bit with a CAS loop (release) and return whether the word was
+//   zero just before: true for the first flag since the last clear, and that add kicks.
+// - del_all: load the word (relaxed). If it holds flags: FIRST summary_.exchange(0) (acquire;
+//   clear and read the flags), THEN exchange every shard whose bit that read. If the load (or
+//   the exchange) read zero, it takes no shard by flag; instead it loads every head (relaxed)
+//   and exchanges each non-empty one (see "Nodes behind a flag not yet set"). A poll of an idle
+//   list thus writes nothing: it leaves every line with its producer.
+// llist::add returns true when the list was empty; here a shard going empty -> non-empty is not
+// enough (the consumer may be awake, busy with another shard's nodes, or asleep with every shard
+// empty), and reading all K heads on every add would bring back the shared line.
+// Every write to summary_ is a read-modify-write, so they fall in one modification order and each
 // reads the value just before it. Call an add that returns true a kick. The guarantee: for every
 // node added there is a kick (the node's own add, or an earlier or still-running one) such that
-// every del_all that begins after that kick has returned takes the node, or finds it already
-// taken by another del_all. So a consumer that calls del_all after every kick it receives, and
-// sleeps only when one comes back empty with no kick pending, never sleeps on a node.
+// every del_all that begins after that kick has returned takes the node, or another del_all
+// (earlier, or running beside it) does. So a consumer that calls del_all after every kick it
+// receives, and sleeps only when one comes back empty with no kick pending, never sleeps on a
+// node.
 // Why: let add(x) push x onto shard s, and let z be the node whose push made s non-empty most
-// recently before x's (z = x if x found s empty). No take of s falls between z's push and x's
-// in s's order, so the first take of s after z's push takes x. z's adder exchanges armed_ (it
-// may not have yet: its add is still running, and until it does, nodes behind z wait, as nodes
-// behind an llist adder that has not kicked yet do). If that exchange E read true, E is the
-// kick. If it read false, walk back through armed_'s order: before E come only producer
-// exchanges back to the last re-arm (or the initial true), and the first of them, F, read true
-// and kicked. No re-arm lies between F and E. A del_all D that begins after F returned re-arms
-// at R, after F (F happens before R), hence after E. E is a release and R an acquire, and everything between
-// them on armed_ is an RMW (E's release sequence), so E synchronizes with R: z's push happens
-// before D's exchange of s, which therefore comes after z's push in s's order and takes x unless
-// an earlier take after z's push did. Had D re-armed with a plain store, or had the producer
-// skipped the exchange on reading false, D's store and the producer's load could each miss the
-// other's write (store buffering), and x would sit unseen behind a sleeping consumer.
-// Spurious kicks can happen (an add between a re-arm and that del_all's exchange of its shard
-// kicks though del_all takes its node); they cost the consumer one empty del_all.
+// recently before x's (z = x if x found s empty). No take of s falls between z's push and x's in
+// s's order, so the first take of s after z's push takes x. z's adder then flags s with a CAS E
+// (it may not have yet: its add is still running, and until it does, nodes behind z wait for a
+// del_all that finds the word zero, as nodes behind an llist adder that has not kicked yet wait).
+// If E read zero, E is the kick. If not, walk back through summary_'s order: before E come only
+// producer flags back to the last clear (or the initial zero), and the first of them, F, read
+// zero and kicked. No clear lies between F and E. A del_all D that begins after F returned reads
+// the word after F (F happens before its load, which therefore reads F's value or a later one).
+// If D read flags, it clears at R, after F, hence after E; if it read zero, that zero is later
+// than F's value, so a clear lies after F, hence after E. Either way a clear follows E. The
+// first clear after E reads s's bit (only a clear removes a bit), and its del_all (D, or one
+// running beside or before it) exchanges s. E is a release and
+// the clear an acquire, and everything between them on summary_ is an RMW (E's release
+// sequence), so E synchronizes with the clear: z's push happens before that del_all's exchange
+// of s, which therefore comes after z's push in s's order and takes x unless an earlier take
+// after z's push did.
+// The races this rules out, each of which loses a node: a del_all that clears after taking the
+// shards (a push between its take of s and its clear is flagged, then the flag is wiped: nothing
+// visits s until the list happens to go quiet); an adder that flags before it pushes (a del_all
+// between the flag and the push clears the flag, finds s empty, and the push comes with no flag
+// and no kick); and a clear by plain store, or a producer that skips its CAS because it reads
+// its bit set, where each side could miss the other's write (store buffering).
+// Spurious kicks and visits happen (an add between a clear and that del_all's exchange of its
+// shard kicks and flags though del_all takes its node): they cost one empty del_all, or one
+// exchange of an empty shard.
 //
-// Cost. A producer writes its own shard's line on every add, and the shared armed_ line only
-// when its shard went empty -> non-empty: at most once per shard per taking of that shard,
-// i.e. per consumer pass. So sharding pays when shards stay non-empty between passes (a
-// consumer busy with a batch, bursts of adds); if the consumer drains every shard after each
-// add, each add costs two RMWs, one of them on armed_, which then is as contended as an llist
-// head. del_all costs one RMW on armed_ and K exchanges, each a line transfer if its shard was
-// written since the last pass, plus the walk above. empty() is K relaxed loads.
+// Nodes behind a flag not yet set. Between an adder's push and its flag, its shard is non-empty
+// but unflagged. A del_all that reads the word as zero therefore looks at every shard (a relaxed
+// load each, which costs nothing on a shard no producer wrote since the last take) and takes
+// those that hold nodes. So a del_all that comes back empty saw every shard empty, one by one;
+// a consumer that drains until del_all comes back empty takes every node whose add has
+// returned; and a node whose adder stopped for good between the two steps (a thread of the
+// parent in a fork child, a thread stopped in a debugger) is not stranded. Taking such a shard
+// early only makes its adder's flag a spurious one.
+//
+// Cost. A producer writes its own shard's line on every add, and the shared summary line only
+// when its shard went empty -> non-empty: at most once per shard per taking of that shard, i.e.
+// per consumer pass. So sharding pays when shards stay non-empty between passes (a consumer busy
+// with a batch, bursts of adds); if the consumer drains every shard after each add, each add
+// costs two RMWs, one of them on the summary word, which then is as contended as an llist head.
+// del_all costs a load and an RMW of the summary word and one exchange per flagged shard (each a
+// line transfer: a producer wrote it), or 1 + K relaxed loads and no write when nothing is
+// flagged (lines the consumer already holds, unless a producer wrote them), plus the walk
+// above. empty() is K relaxed loads.
 //
 // Memory ordering: as llist's. Everything a thread wrote to an element before add(element) (or
 // before add_batch of a chain holding it) is visible to the thread that takes it with del_all:
-// the shard's release CAS pairs with its acquire exchange. armed_ publishes nothing by itself;
+// the shard's release CAS pairs with its acquire exchange. summary_ publishes nothing by itself;
 // its release/acquire pair only orders the pushes before the exchanges that must see them (the
 // argument above). Neither side needs the other half of acq_rel: a producer reads nothing the
-// consumer wrote, and a kick carries its own ordering to the consumer. empty() is a relaxed snapshot of K heads read one after another, for
-// heuristics and quiescent checks, like llist::empty().
+// consumer wrote, and a kick carries its own ordering to the consumer. empty() is a relaxed
+// snapshot of K heads read one after another, for heuristics and quiescent checks, like
+// llist::empty().
 //
 // Adding twice: as llist's (see llist.hpp). A node's on_list() is true from its add to any
 // shard until the batch from del_all yields it; adding a node still on a shard aborts.
@@ -102,6 +136,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -112,7 +148,7 @@
 
 namespace teardown {
 
-/// The list. See the header comment for who may call what, the order and the was-empty signal.
+/// The list. See the header comment for who may call what, the order and the summary word.
 template <class T, llist_node T::*Hook, class Atomics = std_atomics>
 class sharded_llist {
  public:
@@ -141,38 +177,58 @@ class sharded_llist {
   ~sharded_llist() = default;  // each shard's llist checks that it holds nothing
 
   /// Thread-safe, lock-free and async-signal-safe (see the header comment). Adds to the calling
-  /// thread's shard. Returns true iff the consumer needs a kick: the shard was
-  /// empty and no add has claimed the kick since the last del_all began.
+  /// thread's shard. Returns true iff the consumer needs a kick: the shard was empty and no add
+  /// has claimed the kick since the last del_all began.
   bool add(T& element) noexcept { return add_to(this_thread_shard(), element); }
 
   /// Thread-safe and lock-free, as add(). Publishes the whole chain on the calling thread's
   /// shard with one successful CAS and leaves the chain empty. Same return as add(); an empty
   /// chain is a no-op returning false.
   bool add_batch(chain&& nodes) noexcept {
-    return shards_[this_thread_shard()].list.add_batch(std::move(nodes)) && claim_kick();
+    const std::size_t index = this_thread_shard();
+    return shards_[index].list.add_batch(std::move(nodes)) && flag(index);
   }
 
   /// add() onto shard `index` modulo shard_count() rather than the caller's own. Thread-safe
   /// and lock-free (no shard index is taken). Same return as add().
   bool add_to(std::size_t index, T& element) noexcept {
-    return shards_[index & mask_].list.add(element) && claim_kick();
+    index &= mask_;
+    return shards_[index].list.add(element) && flag(index);
   }
 
   /// Thread-safe; wait-free on std_atomics (lock-free on ao_atomics, whose exchange is a CAS
-  /// loop). Re-arms the was-empty signal, then takes every shard; the batch yields shard 0's
-  /// nodes newest first, then shard 1's, and so on. O(nodes taken) to join the shards.
+  /// loop). Clears the summary word if it holds flags and takes every shard it flagged, or, if
+  /// it held none, every shard that holds nodes; the batch yields shard 0's nodes newest first,
+  /// then shard 1's, and so on. O(nodes taken) to join the shards.
   [[nodiscard]] batch del_all() noexcept {
-    // Re-arm before taking, and with an RMW (see "Was-empty signal"). acquire: pairs with the
-    // release exchange in claim_kick(); a producer whose exchange precedes this one in armed_'s
-    // order pushed before it, and the shard exchanges below see that push.
-    (void)armed_.exchange(true, std::memory_order_acquire);
+    // Clear before taking, and with an RMW (see "The summary word"), but only a word that has
+    // flags: a polling consumer then reads lines no producer wrote, and takes none of them
+    // away from their producers. Relaxed: a zero read orders nothing (see "Nodes behind a flag
+    // not yet set"). The exchange is acquire: it pairs with the release CAS in flag(); a
+    // producer whose flag precedes this clear in summary_'s order pushed before it, and the
+    // shard exchanges below see that push.
+    word flagged = summary_.load(std::memory_order_relaxed);
+    if (flagged != 0) flagged = summary_.exchange(0, std::memory_order_acquire);
     batch taken;
+    if (flagged == 0) {
+      // Nodes whose adder has not flagged yet (see "Nodes behind a flag not yet set"). Last
+      // shard first, as below.
+      for (std::size_t i = mask_ + 1; i-- > 0;) {
+        if (!shards_[i].list.empty()) take(i, taken);
+      }
+      return taken;
+    }
     // Last shard first: each shard's batch is walked once, to put the ones after it behind it.
-    for (std::size_t i = mask_ + 1; i-- > 0;) {
-      batch nodes = shards_[i].list.del_all();
-      if (nodes.empty()) continue;
-      nodes.append(std::move(taken));
-      taken = std::move(nodes);
+    // With more shards than bits, bit b stands for shards b, b + 64, ...: one group of
+    // word_bits shards at a time, from the top.
+    const std::size_t group = std::min(mask_ + 1, word_bits);
+    for (std::size_t base = mask_ + 1 - group;; base -= group) {
+      for (word bits = flagged; bits != 0;) {
+        const std::size_t bit = word_bits - 1 - static_cast<std::size_t>(std::countl_zero(bits));
+        bits &= ~(word{1} << bit);
+        take(base + bit, taken);
+      }
+      if (base == 0) break;
     }
     return taken;
   }
@@ -194,13 +250,33 @@ class sharded_llist {
   }
 
  private:
-  // After an add that made its shard non-empty: true if this add must kick the consumer.
-  bool claim_kick() noexcept {
-    // An exchange even when armed_ already reads false: a plain load could read a value older
-    // than a concurrent re-arm, whose del_all may then miss our push (see "Was-empty signal").
-    // release: pairs with the acquire re-arm in del_all (directly, or through the later RMWs of
+  // Wide enough for a bit per shard on 64-bit targets, and an AO_t on ao_atomics.
+  using word = std::uintptr_t;
+  static constexpr std::size_t word_bits = std::numeric_limits<word>::digits;
+
+  // After an add that made shard `index` non-empty: sets its bit; true if this add must kick.
+  bool flag(std::size_t index) noexcept {
+    const word bit = word{1} << (index % word_bits);
+    // A CAS even when the bit is already set (writing the same value): a plain load could read
+    // a value older than a concurrent clear, whose del_all may then miss our push (see "The
+    // summary word"). The first try expects zero, the word's value whenever this add must kick,
+    // so that case costs one CAS and no load.
+    word seen = 0;
+    // release: pairs with the acquire clear in del_all (directly, or through the later RMWs of
     // this release sequence); it orders our shard push before the taker's shard exchange.
-    return armed_.exchange(false, std::memory_order_release);
+    // Failure is relaxed: we only retry with the fresh value.
+    while (!summary_.compare_exchange_weak(seen, seen | bit, std::memory_order_release,
+                                           std::memory_order_relaxed)) {
+    }
+    return seen == 0;
+  }
+
+  // Puts shard i's nodes in front of `taken` (whose shards all come after i).
+  void take(std::size_t i, batch& taken) noexcept {
+    batch nodes = shards_[i].list.del_all();
+    if (nodes.empty()) return;
+    nodes.append(std::move(taken));
+    taken = std::move(nodes);
   }
 
   struct alignas(64) shard {
@@ -211,10 +287,11 @@ class sharded_llist {
   std::size_t mask_;  // shard_count() - 1
   std::unique_ptr<shard[]> shards_;
 
-  // true: a del_all has begun since the last kick (initially: no kick yet); the next add that
-  // finds its shard empty kicks. Written only by read-modify-writes (see "Was-empty signal").
-  // Its own line, away from mask_ and shards_, which every add reads.
-  alignas(64) typename Atomics::template atomic<bool> armed_{true};
+  // Bit i % word_bits set: shard i went empty -> non-empty since the last clear (initially
+  // none). Zero: the next add that finds its shard empty kicks. Written only by
+  // read-modify-writes (see "The summary word"). Its own line, away from mask_ and shards_,
+  // which every add reads.
+  alignas(64) typename Atomics::template atomic<word> summary_{0};
 };
 
 }  // namespace teardown
