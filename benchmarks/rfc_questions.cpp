@@ -47,7 +47,7 @@
 // a minute on a quiet 2-CPU machine.
 #include <teardown/memory_limit.hpp>
 #include <teardown/model/mm.hpp>
-#include <teardown/pressure.hpp>
+#include <teardown/pressure_policy.hpp>
 
 #include "machine_info.hpp"
 #include "macro_support.hpp"

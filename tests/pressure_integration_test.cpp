@@ -35,7 +35,7 @@
 
 #include "teardown/async_teardown.hpp"
 #include "teardown/memory_limit.hpp"
-#include "teardown/pressure.hpp"
+#include "teardown/pressure_policy.hpp"
 #include "test_support.hpp"
 
 namespace teardown_test {

@@ -3,7 +3,7 @@
 // and for relief, so the monitor's real poll loop runs and nothing waits on the kernel. The
 // windows are an hour long unless a test is about the quiet-window relief itself, so that relief
 // comes only when the test sends it. Nothing asserts a time: waits are bounded (eventually()).
-#include "teardown/pressure.hpp"
+#include "teardown/pressure_policy.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,23 +1,16 @@
-// teardown/pressure.hpp — memory pressure drives the teardown: a PSI monitor, and a policy that
-// gives queued memory back while the system is short of it.
+// teardown/pressure.hpp — memory pressure as Linux reports it: a PSI monitor that tells its
+// subscribers when the system (or the process's cgroup) is short of memory, and when it is not.
 //
 //     teardown::pressure_monitor monitor;                          // PSI triggers, or the sampler
-//     teardown::deferred_domain domain;                            // (or an async_teardown, an mm_system)
-//     teardown::pressure_policy policy(monitor, domain);           // thaw, nice 0, drain, cap 0
+//     teardown::pressure_policy policy(monitor, domain);           // pressure_policy.hpp: thaw,
+//                                                                  // nice 0, drain, cap 0
 //
 // Memory that is queued is not free, and a frozen or starved worker holds it longer. Linux says
 // when memory is tight: PSI (/proc/pressure/memory, a cgroup v2's memory.pressure) wakes a
 // poll() on a trigger ("some 150000 2000000": 150 ms of stall within 2 s), which is what
 // Android's lmkd, systemd-oomd and oomd act on. The monitor turns those wake-ups into pressure
-// and relief; a policy subscribed to it acts on one composition while pressure lasts:
-//   (a) thaw      every freeze level of the worker is undone (a frozen worker frees nothing);
-//   (b) nice      the worker runs at pressure_nice (0) instead of its own (19);
-//   (c) drain     on every event, up to drain_per_event of the queue is torn down on the
-//                 monitor thread, oldest first (the composition's drain());
-//   (d) cap       max_pending drops to pressure_cap (0): new puts tear down inline;
-// and on relief puts back what it changed: the freeze levels it undid, the nice value it found,
-// the cap it found (unless a cap was set meanwhile, which then stands: see "The cap rule").
-// Every action is counted (pressure_policy_stats) and traced (trace::pressure_event).
+// and relief for its subscribers (pressure_listener): pressure_policy.hpp's policy, which gives
+// a composition's queued memory back while pressure lasts, or a program's own.
 //
 // Where the events come from (pressure_source), first that works under `automatic`:
 //   psi_cgroup   a trigger on the memory.pressure of the process's cgroup v2, when that cgroup
@@ -69,26 +62,9 @@
 // A fork child has no monitor thread: its subscriptions get no events, and stop and the
 // destructor there only close the fds.
 //
-// pressure_policy<Target>: Target is an async_teardown, a deferred_domain or a model
-// basic_mm_system (its cost units: bytes, bytes, pages). The policy subscribes in its
-// constructor and unsubscribes in its destructor, then undoes whatever is still in force; the
-// target must outlive it. Its callbacks call only the target's own entry points: drain, freeze,
-// thaw, max_pending / replace_max_pending (mm_system: ..._pages), worker_nice and
-// set_worker_nice. Thawing nests as freeze does: the levels the policy undid are its own until
-// relief, when it freezes exactly that many again (a thaw someone else makes meanwhile finds no
-// level to undo and throws, as on a worker never frozen).
-//
-// The cap rule. On pressure the policy records the cap it finds (C) and, if C is above
-// pressure_cap, replaces it with pressure_cap. On relief it replaces pressure_cap with C in one
-// compare-and-swap: if the cap no longer reads pressure_cap, someone set a cap meanwhile, and
-// that cap stands (counted in caps_kept). Several policies on one shared budget compose: each
-// puts back what it found, and the first to lower it found the original.
-//
 // Memory ordering: the subscriber list and every callback are under one mutex: whatever a
 // subscriber did before subscribe is visible to its callbacks, and whatever a callback did is
-// visible after unsubscribe returns. The counters are relaxed, except that a policy counts an
-// event (a relief) after its actions with release and stats() reads that count first with
-// acquire: a snapshot that counts it shows what it did.
+// visible after unsubscribe returns. The counters are relaxed.
 #pragma once
 
 #include <fcntl.h>
@@ -112,8 +88,6 @@
 #include <utility>
 #include <vector>
 
-#include "teardown/async_teardown.hpp"
-#include "teardown/budget.hpp"
 #include "teardown/memory_limit.hpp"
 #include "teardown/trace.hpp"
 #include "teardown/worker_thread.hpp"
@@ -600,236 +574,6 @@ class pressure_monitor {
   std::atomic<bool> nice_refused_{false};
 
   static inline thread_local const pressure_monitor* on_monitor_ = nullptr;
-};
-
-// ---- the policy -------------------------------------------------------------------------------
-
-/// Checked by the policy's constructor (std::invalid_argument naming the field).
-struct pressure_policy_options {
-  bool thaw = true;              // (a) undo every freeze level while pressure lasts
-  bool raise_priority = true;    // (b) run the worker at pressure_nice while pressure lasts
-  int pressure_nice = 0;         //     [-20, 19]; applied only if below the worker's own
-  std::uint64_t drain_per_event = std::uint64_t{64} << 20;  // (c) cost units per event (bytes;
-                                 //     pages for an mm_system); 0: no drain. At most budget::max_cap
-  bool lower_cap = true;         // (d) hold max_pending at pressure_cap while pressure lasts
-  std::uint64_t pressure_cap = 0;  //   cost units; 0: every new put inline. At most budget::max_cap
-};
-
-struct pressure_policy_stats {
-  std::uint64_t events = 0;         // on_pressure calls
-  std::uint64_t episodes = 0;       // of which began an episode
-  std::uint64_t reliefs = 0;
-  std::uint64_t thawed = 0;         // freeze levels undone
-  std::uint64_t refrozen = 0;       // ... and put back on relief (or at unsubscribe)
-  std::uint64_t nice_raised = 0;    // set_worker_nice(pressure_nice) applied
-  std::uint64_t nice_refused = 0;   // ... refused by the system
-  std::uint64_t nice_restored = 0;
-  std::uint64_t drained_items = 0;  // torn down on the monitor thread
-  std::uint64_t drained_cost = 0;
-  std::uint64_t caps_lowered = 0;
-  std::uint64_t caps_restored = 0;
-  std::uint64_t caps_kept = 0;      // relief found a cap set meanwhile and left it
-  bool active = false;              // between an episode's first event and its relief
-};
-
-template <class Target>
-class pressure_policy final : private pressure_listener {
- public:
-  /// Subscribes to `monitor`. Throws std::invalid_argument for bad options, changing nothing.
-  pressure_policy(pressure_monitor& monitor, Target& target, pressure_policy_options opts = {})
-      : monitor_(monitor), target_(target), opts_(validated(opts)), domain_(trace_domain_of(target)) {
-    monitor_.subscribe(*this);
-  }
-
-  pressure_policy(const pressure_policy&) = delete;
-  pressure_policy& operator=(const pressure_policy&) = delete;
-
-  /// Unsubscribes (waiting for a callback in progress), then puts back what is still in force,
-  /// as relief would. Never from the monitor thread (std::terminate: it would wait for itself).
-  ~pressure_policy() {
-    (void)monitor_.unsubscribe(*this);
-    restore();
-  }
-
-  const pressure_policy_options& options() const noexcept { return opts_; }
-
-  /// A snapshot. events and reliefs are counted after their callback's actions and read first:
-  /// a snapshot that counts an event or a relief shows everything it did.
-  pressure_policy_stats stats() const noexcept {
-    pressure_policy_stats s;
-    // acquire, first: pair with the release adds made after each callback's actions.
-    s.events = events_.load(std::memory_order_acquire);
-    s.reliefs = reliefs_.load(std::memory_order_acquire);
-    s.episodes = episodes_.load(std::memory_order_relaxed);
-    s.thawed = thawed_.load(std::memory_order_relaxed);
-    s.refrozen = refrozen_.load(std::memory_order_relaxed);
-    s.nice_raised = nice_raised_.load(std::memory_order_relaxed);
-    s.nice_refused = nice_refused_.load(std::memory_order_relaxed);
-    s.nice_restored = nice_restored_.load(std::memory_order_relaxed);
-    s.drained_items = drained_items_.load(std::memory_order_relaxed);
-    s.drained_cost = drained_cost_.load(std::memory_order_relaxed);
-    s.caps_lowered = caps_lowered_.load(std::memory_order_relaxed);
-    s.caps_restored = caps_restored_.load(std::memory_order_relaxed);
-    s.caps_kept = caps_kept_.load(std::memory_order_relaxed);
-    s.active = active_flag_.load(std::memory_order_relaxed);
-    return s;
-  }
-
- private:
-  static pressure_policy_options validated(const pressure_policy_options& opts) {
-    const auto refuse = [](const std::string& what) {
-      throw std::invalid_argument("teardown::pressure_policy: " + what);
-    };
-    if (opts.pressure_nice < -20 || opts.pressure_nice > 19) {
-      refuse("pressure_nice must be in [-20, 19], got " + std::to_string(opts.pressure_nice));
-    }
-    if (opts.drain_per_event > budget::max_cap) {
-      refuse("drain_per_event must be at most " + std::to_string(budget::max_cap));
-    }
-    if (opts.pressure_cap > budget::max_cap) refuse("pressure_cap must be at most " + std::to_string(budget::max_cap));
-    return opts;
-  }
-
-  // The target's entry points under either naming (mm_system's are in pages).
-  static std::uint64_t trace_domain_of(Target& target) noexcept {
-    if constexpr (requires { target.mm_reaper_trace_domain(); }) return target.mm_reaper_trace_domain();
-    else return target.trace_domain();
-  }
-  std::uint64_t cap() const {
-    if constexpr (requires { target_.max_pending_pages(); }) return target_.max_pending_pages();
-    else return target_.max_pending();
-  }
-  bool replace_cap(std::uint64_t expected, std::uint64_t desired) {
-    if constexpr (requires { target_.replace_max_pending_pages(expected, desired); }) {
-      return target_.replace_max_pending_pages(expected, desired);
-    } else {
-      return target_.replace_max_pending(expected, desired);
-    }
-  }
-
-  // ---- on the monitor thread (or in the destructor, after unsubscribe) --------------------
-
-  // Acts on its own episode state rather than on `first`: a policy subscribed mid-episode
-  // begins its own at the first event it hears.
-  void on_pressure(bool, std::uint64_t) override {
-    trace::pressure("pressure", events_.load(std::memory_order_relaxed) + 1, domain_);
-    if (!active_) {
-      active_ = true;
-      active_flag_.store(true, std::memory_order_relaxed);
-      episodes_.fetch_add(1, std::memory_order_relaxed);
-      if (opts_.lower_cap) lower_cap();
-      if (opts_.raise_priority) raise_priority();
-    }
-    // Every event: a freeze made since the last one is undone too.
-    if (opts_.thaw) thaw_all();
-    if (opts_.drain_per_event != 0) {
-      const drain_result drained = target_.drain(opts_.drain_per_event);
-      drained_items_.fetch_add(drained.items, std::memory_order_relaxed);
-      drained_cost_.fetch_add(drained.cost, std::memory_order_relaxed);
-      trace::pressure("drain", drained.cost, domain_);
-    }
-    // Last, release: pairs with the acquire read in stats(), so a snapshot that counts this
-    // event counts what it did.
-    events_.fetch_add(1, std::memory_order_release);
-  }
-
-  void on_relief() override {
-    trace::pressure("relief", 0, domain_);
-    restore();
-    reliefs_.fetch_add(1, std::memory_order_release);  // last; pairs with stats()' acquire
-  }
-
-  void lower_cap() {
-    // A CAS loop: a cap set between the read and the replace is read again, so found_cap_ is
-    // always the cap this policy replaced.
-    for (std::uint64_t found = cap(); found > opts_.pressure_cap; found = cap()) {
-      if (replace_cap(found, opts_.pressure_cap)) {
-        found_cap_ = found;
-        cap_lowered_ = true;
-        caps_lowered_.fetch_add(1, std::memory_order_relaxed);
-        trace::pressure("cap", opts_.pressure_cap, domain_);
-        return;
-      }
-    }
-  }
-
-  void raise_priority() {
-    const int own = target_.worker_nice();
-    if (own <= opts_.pressure_nice) return;
-    found_nice_ = own;
-    nice_changed_ = true;  // restored even if refused: set_nice kept the value for a later start
-    if (target_.set_worker_nice(opts_.pressure_nice)) {
-      nice_raised_.fetch_add(1, std::memory_order_relaxed);
-      trace::pressure("nice", static_cast<std::uint64_t>(opts_.pressure_nice), domain_);
-    } else {
-      nice_refused_.fetch_add(1, std::memory_order_relaxed);
-      trace::pressure("nice_refused", static_cast<std::uint64_t>(opts_.pressure_nice), domain_);
-    }
-  }
-
-  void thaw_all() {
-    std::uint64_t levels = 0;
-    for (;;) {
-      try {
-        target_.thaw();
-      } catch (const std::logic_error&) {  // not frozen (any more): every level is undone
-        break;
-      }
-      ++levels;
-    }
-    if (levels == 0) return;
-    held_levels_ += levels;
-    thawed_.fetch_add(levels, std::memory_order_relaxed);
-    trace::pressure("thaw", levels, domain_);
-  }
-
-  // Relief (or the destructor): everything this episode changed, put back.
-  void restore() {
-    if (!active_) return;
-    active_ = false;
-    active_flag_.store(false, std::memory_order_relaxed);
-    if (cap_lowered_) {
-      cap_lowered_ = false;
-      if (replace_cap(opts_.pressure_cap, found_cap_)) {
-        caps_restored_.fetch_add(1, std::memory_order_relaxed);
-        trace::pressure("cap_restored", found_cap_, domain_);
-      } else {
-        caps_kept_.fetch_add(1, std::memory_order_relaxed);
-        trace::pressure("cap_kept", cap(), domain_);
-      }
-    }
-    if (nice_changed_) {
-      nice_changed_ = false;
-      if (target_.set_worker_nice(found_nice_)) nice_restored_.fetch_add(1, std::memory_order_relaxed);
-      trace::pressure("nice", static_cast<std::uint64_t>(found_nice_), domain_);
-    }
-    if (held_levels_ != 0) {
-      const std::uint64_t levels = std::exchange(held_levels_, 0);
-      for (std::uint64_t i = 0; i < levels; ++i) target_.freeze();
-      refrozen_.fetch_add(levels, std::memory_order_relaxed);
-      trace::pressure("refreeze", levels, domain_);
-    }
-  }
-
-  pressure_monitor& monitor_;
-  Target& target_;
-  const pressure_policy_options opts_;
-  const std::uint64_t domain_;
-
-  // The episode's state: touched by the callbacks (under the monitor's mutex) and by the
-  // destructor after unsubscribe returned (which orders it after the last callback).
-  bool active_ = false;
-  bool cap_lowered_ = false;
-  std::uint64_t found_cap_ = 0;
-  bool nice_changed_ = false;
-  int found_nice_ = 0;
-  std::uint64_t held_levels_ = 0;
-
-  std::atomic<std::uint64_t> events_{0}, episodes_{0}, reliefs_{0}, thawed_{0}, refrozen_{0};
-  std::atomic<std::uint64_t> nice_raised_{0}, nice_refused_{0}, nice_restored_{0};
-  std::atomic<std::uint64_t> drained_items_{0}, drained_cost_{0};
-  std::atomic<std::uint64_t> caps_lowered_{0}, caps_restored_{0}, caps_kept_{0};
-  std::atomic<bool> active_flag_{false};
 };
 
 }  // namespace teardown

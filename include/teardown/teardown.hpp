@@ -9,7 +9,7 @@
 #include "teardown/deferred.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/memory_limit.hpp"
-#include "teardown/pressure.hpp"
+#include "teardown/pressure_policy.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/reaper_pool.hpp"
 #include "teardown/sharded_llist.hpp"

@@ -57,6 +57,9 @@ template class teardown::async_teardown<item, &item::hook, item_traits, teardown
 template class teardown::deferred_deleter<payload>;
 template class teardown::model::basic_mm_system<>;
 template class teardown::model::basic_mm_system<teardown::static_key, teardown::reaper_pool_workers>;
+template class teardown::pressure_policy<teardown::async_teardown<item, &item::hook, item_traits>>;
+template class teardown::pressure_policy<teardown::deferred_domain>;
+template class teardown::pressure_policy<teardown::model::basic_mm_system<>>;
 
 int main() {
   int failures = 0;
