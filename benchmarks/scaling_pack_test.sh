@@ -34,7 +34,7 @@ $loaded"
 done
 
 report=out/scaling.md
-for heading in "sharded_llist: ns per push" "reaper_pool: drain rate" "Shadow teardown"; do
+for heading in "sharded_llist: ns per push" "reaper_pool: drain rate" "Killing a big process"; do
   grep -qF "**$heading" "$report" || fail "$report has no table \"$heading\""
 done
 for goal in "sharded / single-head ns per push at" "pool drain with"; do
