@@ -4,12 +4,23 @@
 // summarised as median / min / max. JSON on stdout (or --out); progress and a table on stderr.
 //
 //   process_bench [--sizes 1,4] [--reps 3] [--quick] [--out FILE] [--mem-fraction F] [--no-thp]
+//                 [--busy N] [--vma-mib M]
 //     --sizes LIST   GiB each program populates (default 1,4); --quick: 0.25 and 1 repetition
 //     --reps N       repetitions (default 3); within each, the techniques (below) take turns, so
 //                    that drift hits them alike
 //     --mem-fraction populate at most F of MemAvailable (default 0.6); a size above is skipped
 //     --no-thp       PR_SET_THP_DISABLE for the programs: 4 KiB pages whatever the system says
 //                    (the default leaves the system's setting, recorded in "machine")
+//     --vma-mib M    map the program's memory as mappings of M MiB each, a PROT_NONE page between
+//                    (so the kernel keeps them apart), as an allocator's arenas and heaps are;
+//                    default: one mapping. The kernel's exit path unmaps from the lowest
+//                    address up; process_mrelease, on a kernel with the OOM reaper's reverse
+//                    walk (6.18 here has it: benchmarks/results/quiet-2cpus-2026-12-01/
+//                    mrelease_order.*), from the highest mapping down, so with many mappings the
+//                    two start from opposite ends instead of one trailing the other
+//     --busy N       a busy machine: N processes spin at nice 0 for the whole run (one per CPU
+//                    is the case a supervisor meets under load), so that the victim's exit, the
+//                    reaper's worker and the helpers compete for the CPUs
 //
 // Five techniques take turns. The program side: "none" (no helper), "nice19"
 // (enable_shadow_teardown() with the default options: the helper at nice 19) or "idle" (with
@@ -98,6 +109,8 @@ struct options {
   double mem_fraction = 0.6;
   bool quick = false;
   bool no_thp = false;
+  int busy = 0;
+  int vma_mib = 0;  // 0: one mapping
   std::string out;
 };
 
@@ -108,7 +121,9 @@ constexpr const char* kUsage =
     "  --quick           0.25 GiB, 1 repetition (explicit flags win)\n"
     "  --out FILE        write the JSON there (default: stdout)\n"
     "  --mem-fraction F  populate at most F of MemAvailable (default 0.6)\n"
-    "  --no-thp          4 KiB pages for the programs (PR_SET_THP_DISABLE)\n";
+    "  --no-thp          4 KiB pages for the programs (PR_SET_THP_DISABLE)\n"
+    "  --busy N          N processes spinning at nice 0 for the whole run (default 0)\n"
+    "  --vma-mib M       the program's memory as mappings of M MiB (default: one mapping)\n";
 
 constexpr teardown_bench::command_line kCommandLine{"process_bench", kUsage};
 
@@ -133,6 +148,10 @@ options parse_options(int argc, char** argv) {
     } else if (name == "--mem-fraction") {
       opts.mem_fraction = kCommandLine.positive(name, value);
       if (opts.mem_fraction > 0.95) kCommandLine.usage_error("--mem-fraction: at most 0.95");
+    } else if (name == "--vma-mib") {
+      opts.vma_mib = kCommandLine.count(name, value, 1 << 20);
+    } else if (name == "--busy") {
+      opts.busy = kCommandLine.count(name, value, 1024);
     } else if (name == "--out") {
       opts.out = value;
     } else {
@@ -211,7 +230,7 @@ constexpr technique kTechniques[] = {
 };
 constexpr int kTechniqueCount = static_cast<int>(std::size(kTechniques));
 
-[[noreturn]] void program_main(int report_fd, std::size_t bytes, helper_kind kind, bool no_thp) {
+[[noreturn]] void program_main(int report_fd, std::size_t bytes, helper_kind kind, bool no_thp, std::size_t vma_bytes) {
   // Dies with the benchmark, whatever happens to it.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) _exit(1);
   if (no_thp) (void)prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
@@ -227,14 +246,28 @@ constexpr int kTechniqueCount = static_cast<int>(std::size(kTechniques));
     }
   }
   if (report.error == 0) {
-    void* const base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // One mapping, or chunks of vma_bytes with a PROT_NONE page after each (which splits them
+    // into separate VMAs that the kernel cannot merge back).
+    const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t chunk = vma_bytes == 0 ? bytes : vma_bytes;
+    const std::size_t chunks = (bytes + chunk - 1) / chunk;
+    const std::size_t span = vma_bytes == 0 ? bytes : chunks * (chunk + page);
+    void* const base = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) {
       report.error = errno;
       report.step = 2;
     } else {
-      const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
       auto* const bytes_at = static_cast<volatile unsigned char*>(base);
-      for (std::size_t at = 0; at < bytes; at += page) bytes_at[at] = 1;
+      for (std::size_t c = 0; c < chunks; ++c) {
+        const std::size_t start = vma_bytes == 0 ? 0 : c * (chunk + page);
+        const std::size_t length = std::min(chunk, bytes - c * chunk);
+        if (vma_bytes != 0 && mprotect(const_cast<unsigned char*>(bytes_at) + start + chunk, page, PROT_NONE) != 0) {
+          report.error = errno;
+          report.step = 2;
+          break;
+        }
+        for (std::size_t at = start; at < start + length; at += page) bytes_at[at] = 1;
+      }
     }
   }
   if (write(report_fd, &report, sizeof report) != static_cast<ssize_t>(sizeof report)) _exit(3);
@@ -251,7 +284,8 @@ struct sample {
 };
 
 // killer: the process_reaper for the mrelease techniques, null for kill(2).
-sample measure(double bytes, helper_kind kind, bool no_thp, teardown::process::process_reaper* killer) {
+sample measure(double bytes, helper_kind kind, bool no_thp, std::size_t vma_bytes,
+               teardown::process::process_reaper* killer) {
   const bool shadow = kind != helper_kind::none;
   const std::uint64_t before = free_bytes();
   int fds[2];
@@ -260,7 +294,7 @@ sample measure(double bytes, helper_kind kind, bool no_thp, teardown::process::p
   const pid_t program = fork();
   if (program == 0) {
     close(fds[0]);
-    program_main(fds[1], static_cast<std::size_t>(bytes), kind, no_thp);
+    program_main(fds[1], static_cast<std::size_t>(bytes), kind, no_thp, vma_bytes);
   }
   const int fork_error = errno;
   close(fds[1]);
@@ -358,6 +392,37 @@ struct outcome_counts {
   }
 };
 
+// --busy: processes that spin until this one ends (the guard kills them; PR_SET_PDEATHSIG if
+// it dies first).
+class cpu_hogs {
+ public:
+  explicit cpu_hogs(int count) {
+    std::fflush(nullptr);
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid = fork();
+      if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork (--busy)");
+      if (pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) _exit(1);
+        volatile unsigned long spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      pids_.push_back(pid);
+    }
+  }
+  cpu_hogs(const cpu_hogs&) = delete;
+  cpu_hogs& operator=(const cpu_hogs&) = delete;
+  ~cpu_hogs() {
+    for (const pid_t pid : pids_) kill(pid, SIGKILL);
+    for (const pid_t pid : pids_) {
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 // ---- the machine ------------------------------------------------------------------------------
 
 json_object machine() {
@@ -384,6 +449,7 @@ int main(int argc, char** argv) {
     const json_object machine_json = machine();
     // One supervisor's reaper for every mrelease measurement (nice 0, its default).
     teardown::process::process_reaper killer;
+    const cpu_hogs hogs(opts.busy);
     std::vector<json_object> rows;
     std::vector<std::string> table;
     const auto run_start = clock_type::now();
@@ -403,7 +469,8 @@ int main(int argc, char** argv) {
           progress("%.3g GiB, %s, rep %d/%d: ", gib, tech.name, rep + 1, opts.reps);
           try {
             const teardown::process::process_reaper_stats before = killer.stats();
-            const sample s = measure(bytes, tech.helper, opts.no_thp, tech.mrelease ? &killer : nullptr);
+            const sample s = measure(bytes, tech.helper, opts.no_thp, std::size_t(opts.vma_mib) << 20,
+                                     tech.mrelease ? &killer : nullptr);
             if (tech.mrelease) outcomes[t].add(before, killer.stats());
             samples[t].push_back(s);
             progress("kill->waitpid %.2f ms, held at waitpid %.2f GiB, memory back %.1f ms", s.kill_to_waitpid_ms,
@@ -458,6 +525,8 @@ int main(int argc, char** argv) {
     json_object config;
     config.set("reps", opts.reps).set("mem_fraction", opts.mem_fraction).set("quick", opts.quick)
         .set("thp_disabled_for_programs", opts.no_thp)
+        .set("busy_processes", opts.busy)
+        .set("vma_mib", opts.vma_mib)
         .set("note",
              "Real fork()ed programs, anonymous memory touched page by page, killed with SIGKILL. "
              "helper nice19: the program called teardown::process::enable_shadow_teardown() first (default "
@@ -466,11 +535,14 @@ int main(int argc, char** argv) {
              "MemAvailable + per-CPU free list pages (/proc/zoneinfo count:). Times from the SIGKILL.");
     const std::string json = teardown_bench::rows_document("process_bench", machine_json, config, rows);
 
+    const std::string conditions =
+        (opts.busy != 0 ? strprintf(", %d busy processes at nice 0", opts.busy) : std::string()) +
+        (opts.vma_mib != 0 ? strprintf(", mappings of %d MiB", opts.vma_mib) : std::string());
     std::fprintf(stderr,
-                 "\nprocess_bench: medians of %d repetitions; times in ms from the SIGKILL; held GiB: not yet free when\n"
+                 "\nprocess_bench: medians of %d repetitions%s; times in ms from the SIGKILL; held GiB: not yet free when\n"
                  "waitpid() returned\n"
                  "   GiB  technique        kill->waitpid ms [min, max]      held GiB  memory back ms  helper gone ms  mrelease\n",
-                 opts.reps);
+                 opts.reps, conditions.c_str());
     for (const std::string& line : table) std::fprintf(stderr, "%s\n", line.c_str());
     std::fprintf(stderr, "total %.1f s\n", ms_between(run_start, clock_type::now()) / 1e3);
     if (!teardown_bench::write_document("process_bench", opts.out, json)) return 1;

@@ -38,6 +38,7 @@
 //                      pressure_policy (needs a v1 memory cgroup it may create; else skipped)
 //   --q1-busy-ms N     Q1 (c): the supervisor's busy time after each respawn (default 1000)
 //   --q1-stall-ms N    Q1 (c): the PSI trigger's stall threshold per 2 s window (default 150)
+//   --q1-tight         Q1 (c): a limit with room for the steady state only (no queued worker)
 //   --out FILE         write every sample, the summaries and the machine as JSON
 //   --scale F          multiply every size by F (default 1; each size is still capped so that
 //                      what one question holds at once stays under 60% of MemAvailable)
@@ -245,6 +246,7 @@ struct settings {
   bool q1_pressure_only = false;  // Q1's table (c) alone
   int q1_busy_ms = 1000;          // Q1 (c): the supervisor's busy time after each respawn
   int q1_stall_ms = 150;          // Q1 (c): the trigger's stall threshold (pressure_monitor_options::stall)
+  bool q1_tight = false;          // Q1 (c): the limit leaves no room for a queued worker
   double scale = 1;
   int reps = 0;  // 0: each question's default
   unsigned cpus = 1;
@@ -622,12 +624,15 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
   const std::uint64_t pages = pages_of(size);
   const std::uint64_t bytes = pages * mm_system::page_size();
   // The limit leaves room for the live worker and its replacement beside a page cache of reps
-  // workers' size: every queued worker pushes that much cache out (reclaim, refaults: memory
-  // stall), and even the no-cap row, reps workers queued, stays under the limit with anonymous
-  // memory alone (no swap: past it is the OOM killer), 128 MiB to spare.
+  // workers' size, 128 MiB to spare: the first worker queued (its replacement filling beside it)
+  // fits, and every further one pushes its size of cache out (reclaim, refaults: memory stall).
+  // Even the no-cap row, reps workers queued, stays under the limit with anonymous memory alone
+  // (no swap: past it is the OOM killer). --q1-tight leaves out the replacement's room: the
+  // steady state (one live worker and the cache) fits, and the first queued worker already
+  // pushes cache out.
   const std::uint64_t cache = std::uint64_t(reps) * bytes;
   const std::uint64_t baseline = std::uint64_t(rss_gib() * bytes_per_gib);
-  const std::uint64_t limit = baseline + 2 * bytes + cache + (std::uint64_t{128} << 20);
+  const std::uint64_t limit = baseline + (run.q1_tight ? 1 : 2) * bytes + cache + (std::uint64_t{128} << 20);
   const int busy_ms = run.q1_busy_ms;
   int reader_cpu = -1;
   for (int cpu = 0; cpu < CPU_SETSIZE && reader_cpu < 0; ++cpu) {
@@ -643,9 +648,10 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
     return table;
   }
   teardown::pressure_monitor monitor({.stall = std::chrono::milliseconds(run.q1_stall_ms)});
-  std::printf("limit %s (baseline + 2 S + a page cache of %s + 128 MiB); supervisor busy %d ms after each respawn.\n"
+  std::printf("limit %s (baseline + %d S + a page cache of %s + 128 MiB); supervisor busy %d ms after each respawn.\n"
               "pressure source: %s\n\n",
-              size_label(double(limit) / bytes_per_gib).c_str(), size_label(double(cache) / bytes_per_gib).c_str(),
+              size_label(double(limit) / bytes_per_gib).c_str(), run.q1_tight ? 1 : 2,
+              size_label(double(cache) / bytes_per_gib).c_str(),
               busy_ms, monitor.description().c_str());
   table["size_gib"] = size;
   table["reps"] = reps;
@@ -653,6 +659,7 @@ json q1_pressure_table(const settings& run, double size, int reps, int shared_cp
   table["cache_bytes"] = cache;
   table["busy_ms"] = busy_ms;
   table["stall_ms"] = run.q1_stall_ms;
+  table["tight"] = run.q1_tight;
   table["pressure_source"] = monitor.description();
   std::printf("%-10s %10s %10s %10s %10s %9s %6s %7s %10s\n", "policy", "exit p50", "exit max", "peak held",
               "peak held", "pressure", "queued", "fell", "queued in");
@@ -1107,7 +1114,7 @@ json machine_json(const settings& run) {
 
 int usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s [--quick] [--questions 1,2,3,6] [--q1-pressure-only] [--q1-busy-ms N] [--q1-stall-ms N] [--out FILE] [--scale F] [--reps N]\n",
+               "usage: %s [--quick] [--questions 1,2,3,6] [--q1-pressure-only] [--q1-busy-ms N] [--q1-stall-ms N] [--q1-tight] [--out FILE] [--scale F] [--reps N]\n",
                program);
   return 2;
 }
@@ -1141,6 +1148,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--q1-busy-ms" && has_value) {
       run.q1_busy_ms = std::atoi(argv[++i]);
       if (run.q1_busy_ms < 0) return usage(argv[0]);
+    } else if (arg == "--q1-tight") {
+      run.q1_tight = true;
     } else if (arg == "--q1-stall-ms" && has_value) {
       run.q1_stall_ms = std::atoi(argv[++i]);
       if (run.q1_stall_ms < 1 || run.q1_stall_ms > 2000) return usage(argv[0]);

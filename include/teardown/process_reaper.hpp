@@ -248,7 +248,7 @@ struct process_reaper_options {
 };
 
 struct process_reaper_stats {
-  std::uint64_t killed = 0;          // signals sent by kill()
+  std::uint64_t killed = 0;          // processes kill() took (the signal: its or the worker's)
   std::uint64_t released = 0;        // process_mrelease reaped the mm
   std::uint64_t bytes_released = 0;  // the charges of those
   std::uint64_t raced = 0;           // ESRCH: gone before the call
