@@ -35,6 +35,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "parse_int.hpp"
 #include "teardown/process.hpp"
 
 namespace {
@@ -50,19 +51,7 @@ void say(std::string_view text) noexcept {
   }
 }
 
-// The integer in `text` if it is one in [low, high], whole (no blanks, no trailing bytes).
-bool parse_int(std::string_view text, long low, long high, long& value) {
-  if (text.empty() || text.size() > 20 || !(text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9'))) {
-    return false;  // strtol would skip leading blanks
-  }
-  const std::string copy(text);
-  char* end = nullptr;
-  errno = 0;
-  const long parsed = std::strtol(copy.c_str(), &end, 10);
-  if (errno != 0 || end != copy.c_str() + copy.size() || parsed < low || parsed > high) return false;
-  value = parsed;
-  return true;
-}
+using teardown_tools::parse_int;
 
 // The options from the environment; false (and one line said) if a value is bad.
 bool options_from_environment(teardown::process::shadow_options& options) {

@@ -21,6 +21,8 @@
 #include <string>
 #include <string_view>
 
+#include "parse_int.hpp"
+
 #ifndef TEARDOWN_RUN_LIBRARY_FROM_BINDIR
 #error "TEARDOWN_RUN_LIBRARY_FROM_BINDIR: the library's path relative to the launcher's directory"
 #endif
@@ -48,14 +50,8 @@ constexpr const char* usage_text =
 }
 
 bool valid_nice(std::string_view text) {
-  if (text.empty() || text.size() > 8 || !(text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9'))) {
-    return false;  // strtol would skip leading blanks
-  }
-  const std::string copy(text);
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(copy.c_str(), &end, 10);
-  return errno == 0 && end == copy.c_str() + copy.size() && value >= -20 && value <= 19;
+  long value = 0;
+  return teardown_tools::parse_int(text, -20, 19, value);
 }
 
 bool is_file(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
