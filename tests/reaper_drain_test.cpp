@@ -405,9 +405,13 @@ TEST_F(ReaperDrainTest, ItemsDeclinedAfterTheReaperStoppedAreTornDownInline) {
     });
   });
   wait_until(holding);
-  reaper.stop();  // overrides the freeze; the worker drains an empty queue and exits
+  // stop() overrides the freeze; the worker drains an empty queue and exits, and stop() then
+  // waits for the caller, whose declined items find the reaper stopped.
+  std::thread stopper([&] { reaper.stop(); });
+  EXPECT_TRUE(teardown_test::eventually([&] { return !reaper.stats().running; }));
   release.count_down();
   caller.join();
+  stopper.join();
   EXPECT_EQ(torn_down, 0u) << "none was accepted";
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
   EXPECT_EQ(seen.thread_of(0), caller_id);

@@ -20,7 +20,8 @@
 //                        An item still queued (its hook on_list(): fn has not started on it) is
 //                        a program bug: enqueue writes why to stderr (write(2)) and aborts, in
 //                        every build. A chain's items are checked as they are pushed onto it.
-//   flush, flush_for     any thread but the worker; may block (waits for the worker).
+//   flush, flush_for     any thread but the worker; may block (waits for the worker). See "The
+//                        barrier" for exactly what a flush waits for.
 //   freeze, thaw         any thread but the worker; freeze may block until the worker is parked
 //                        between items. Freezes nest; thaw without freeze throws. A worker
 //                        frozen in the middle of a batch hands the rest of it back to the
@@ -41,7 +42,9 @@
 //                        std::logic_error (it would wait for itself). fn must not construct or
 //                        destroy a reaper: a fork() on another thread waits for fn to finish
 //                        while it holds the registry of live reapers.
-//   nice, set_nice       any thread, fn included; take the control mutex briefly.
+//   nice, set_nice       any thread, fn included (this reaper's or another's); take a mutex of
+//                        their own briefly, never the control mutex, so a fork() that parks the
+//                        worker never waits for them.
 //   constructor, flush, freeze, thaw, stop, reap_on_caller, destructor: not async-signal-safe.
 //
 // Signals. The worker blocks every signal sent to the process from its first instruction (all
@@ -105,6 +108,21 @@
 // parks between items only after it took its held rest back, so a freeze still hands the rest
 // of a batch back to the queue.
 //
+// The barrier. flush() returns after every item whose enqueue (or enqueue_chain) returned
+// before flush() was called has been torn down, wherever the item was when flush() began: on
+// the queue, in the worker's batch, in the rest of a batch that a pool sibling stole, in the
+// hands of a reap_on_caller (taken, or declined and put back), or being torn down inline by
+// a caller after stop(). flush_for says true only under the same condition. stop() and a
+// stop_for that says true promise the same for every item enqueued before they returned.
+// One mechanism gives all of it: a worker pass completes a flush ticket only if nothing went
+// back on the queue since the pass took it (a put-back invalidates the pass; a later pass
+// completes the ticket), a flush waits for every reap_on_caller in progress, and after stop
+// every caller that drains inline counts itself in a two-sided hand count that a flush, after
+// its own drain, waits out (each side drains while new callers count on the other, so the
+// wait ends while producers keep going). Over a sharded queue the pass that completes a
+// ticket sweeps every shard, not only the flagged ones: an adder preempted between its push
+// and its flag must not hide an item that another adder on its shard already flushed.
+//
 // Fork: pthread_atfork handlers park every live worker between items across fork(); the parent
 // resumes. In the child the worker does not exist: the reaper turns into its stopped form —
 // enqueue tears down inline, and what was queued (or held by the parked worker) at fork time is
@@ -145,6 +163,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -363,7 +382,7 @@ class reaper final : private detail::fork_participant {
     // acquire: pairs with the worker's STOPPED exchange, as in enqueue().
     if (state_.load(std::memory_order_acquire) & stopped_bit) {
       (void)queue_.add_batch(std::move(chain));
-      drain_inline();  // takes the chain back, with anything queued from before
+      drain_inline_counted();  // takes the chain back, with anything queued from before
       return;
     }
     if (!queue_.add_batch(std::move(chain))) return;  // the kick of the first add covers it
@@ -396,11 +415,18 @@ class reaper final : private detail::fork_participant {
     // queue as the worker left it.
     if (state_.load(std::memory_order_acquire) & stopped_bit) {
       tear_down_inline(item);
-      drain_inline();  // anything still queued from before (a fork child, a race with stop)
+      drain_inline_counted();  // anything still queued from before (a fork child, a race with stop)
       return 0;
     }
     if (!queue_.add(item)) {  // not the first: the kick of the first covers this item
-      if constexpr (ReportBacklog) return oldest_enqueue_ns_.load(std::memory_order_relaxed);
+      // The watchdog's clock is set by the add that found the queue empty; if the worker's
+      // take cleared it after that add, the first add to see it clear starts it again.
+      std::uint64_t since = oldest_enqueue_ns_.load(std::memory_order_relaxed);
+      if (since == 0) {
+        const std::uint64_t now = detail::monotonic_ns();
+        if (oldest_enqueue_ns_.compare_exchange_strong(since, now, std::memory_order_relaxed)) since = now;
+      }
+      if constexpr (ReportBacklog) return since;
       return 0;
     }
     kick_after_first_add();
@@ -415,7 +441,7 @@ class reaper final : private detail::fork_participant {
     // worker's STOPPED exchange for the drain below.
     const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
     if (previous & stopped_bit) {
-      drain_inline();  // the worker is gone and may not have seen this item
+      drain_inline_counted();  // the worker is gone and may not have seen this item
     } else if ((previous & sleeping_bit) && poll_ns_ == 0) {
       wakeups_.fetch_add(1, std::memory_order_relaxed);
       detail::futex_wake_one(state_);
@@ -475,21 +501,22 @@ class reaper final : private detail::fork_participant {
     return await_stop(detail::deadline_after(timeout));
   }
 
-  /// The worker's nice value: the options' until set_nice changes it. Any thread; takes the
-  /// control mutex briefly.
+  /// The worker's nice value: the options' until set_nice changes it. Any thread, fn included;
+  /// takes a mutex of its own briefly (never the control mutex: see "Fork").
   int nice() const {
-    const std::lock_guard lock(control_mutex_);
+    const std::lock_guard lock(nice_mutex_);
     return nice_;
   }
   /// Sets the worker thread's nice value (setpriority on its thread id) from now on: true if
   /// applied, false if the system refused it (lowering it needs CAP_SYS_NICE or RLIMIT_NICE;
   /// the value is kept either way, for a worker not yet started). Throws std::invalid_argument,
-  /// changing nothing, outside [-20, 19]. Any thread; takes the control mutex briefly.
+  /// changing nothing, outside [-20, 19]. Any thread, fn included; takes a mutex of its own
+  /// briefly (never the control mutex: see "Fork").
   bool set_nice(int value) {
     if (value < -20 || value > 19) {
       throw std::invalid_argument("teardown::reaper::set_nice: nice must be in [-20, 19], got " + std::to_string(value));
     }
-    const std::lock_guard lock(control_mutex_);
+    const std::lock_guard lock(nice_mutex_);
     nice_ = value;
     return worker_tid_ == 0 || setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), value) == 0;
   }
@@ -520,6 +547,14 @@ class reaper final : private detail::fork_participant {
       ++caller_reaps_;
       completed_before = flush_completed_;
     }
+    // Counted as a hand (see "The barrier") before the take, until everything taken is torn
+    // down or back on the queue: a flush after stop waits for it.
+    const struct hand_scope {
+      reaper& self;
+      const std::uint64_t unit;
+      explicit hand_scope(reaper& owner) noexcept : self(owner), unit(owner.open_hand()) {}
+      ~hand_scope() { self.close_hand(unit); }
+    } hand(*this);
     llist_batch<T, Hook> offered = queue_.del_all().reverse();
     llist_chain<T, Hook> declined;  // front = newest, as on the queue
     // take and fn run below on this thread: a flush, freeze or stop from them would wait for
@@ -657,7 +692,9 @@ class reaper final : private detail::fork_participant {
       if (control_requested_.load(std::memory_order_relaxed)) {
         if (!take_control_requests(flush_target_)) break;
       }
-      in_flight_ = queue_.del_all();
+      // The pass that completes a flush ticket sweeps every shard of a sharded queue (see "The
+      // barrier"); other passes take what the queue's del_all gives.
+      take_from_queue(/*sweep=*/flush_target_ != 0);
       // In a pool, an empty queue means: help a sibling first. A steal here, between taking
       // this pass's ticket and completing it, runs before any ticket requested after it.
       if (in_flight_.empty() && link_.steal != nullptr) {
@@ -674,7 +711,11 @@ class reaper final : private detail::fork_participant {
       // again. (The rest of a batch a sibling took is that sibling's; see "Flush with
       // stealing" in reaper_pool.hpp.)
       const bool handed_back = std::exchange(handed_back_, false);
-      if (flush_target_ != 0 && !handed_back) complete_flush(std::exchange(flush_target_, 0));
+      if (flush_target_ != 0 && !handed_back) {
+        // A put-back since this pass began (see "The barrier") leaves the ticket for the next.
+        if (!complete_flush(flush_target_)) continue;
+        flush_target_ = 0;
+      }
       if (took) {
         polled_idle = false;
         continue;
@@ -695,9 +736,12 @@ class reaper final : private detail::fork_participant {
     close_cpu_clock();
     // A stop_for that gave up, and whoever calls stop, flush or the destructor later, wait for
     // this (not for the join, which nobody may be doing yet).
+    {
+      const std::lock_guard nice_lock(nice_mutex_);
+      worker_tid_ = 0;  // from here the id may be reused: set_nice must not name it
+    }
     const std::lock_guard lock(control_mutex_);
     worker_done_ = true;
-    worker_tid_ = 0;  // from here the id may be reused: set_nice must not name it
     control_changed_.notify_all();
   }
 
@@ -713,7 +757,7 @@ class reaper final : private detail::fork_participant {
     if (sched_setscheduler(0, policy, &param) != 0) warnings |= setup_warning_policy;
     {
       // Under the mutex set_nice takes: its value and this thread's id are read as one.
-      const std::lock_guard lock(control_mutex_);
+      const std::lock_guard lock(nice_mutex_);
       worker_tid_ = static_cast<pid_t>(syscall(SYS_gettid));
       if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), nice_) != 0) warnings |= setup_warning_nice;
     }
@@ -733,10 +777,25 @@ class reaper final : private detail::fork_participant {
     setup_warnings_.store(warnings, std::memory_order_relaxed);
   }
 
+  // Takes the queue into in_flight_. The watchdog's clock is cleared BEFORE the take: an add
+  // that lands after the clear is either in this take or, if after it, finds its clock clear
+  // and starts it (enqueue), so a waiting item always has a clock. Cleared only when set, so
+  // a poll of an idle queue writes no producer line. sweep: every shard of a sharded queue.
+  void take_from_queue(bool sweep) noexcept {
+    batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
+    if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);
+    if constexpr (requires(Queue& queue) { { queue.del_all_sweep() } -> std::same_as<llist_batch<T, Hook>>; }) {
+      in_flight_ = sweep ? queue_.del_all_sweep() : queue_.del_all();
+    } else {
+      (void)sweep;  // llist's del_all already takes everything
+      in_flight_ = queue_.del_all();
+    }
+  }
+
   // Runs the batch held in in_flight_, with a checkpoint after each item.
   void run_in_flight() noexcept {
     batches_.fetch_add(1, std::memory_order_relaxed);
-    const std::uint64_t since = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);
+    const std::uint64_t since = std::exchange(batch_since_ns_, 0);
     if (since != 0) {
       const std::uint64_t now = detail::monotonic_ns();
       if (now > since && now - since > longest_wait_ns_.load(std::memory_order_relaxed)) {
@@ -859,15 +918,27 @@ class reaper final : private detail::fork_participant {
     std::unique_lock lock(control_mutex_);
     park_while_frozen(lock);
     if (stop_requested_) return false;
-    if (flush_requested_ > flush_completed_) flush_target = flush_requested_;
+    if (flush_requested_ > flush_completed_) {
+      flush_target = flush_requested_;
+      pass_put_backs_ = put_backs_;  // a put-back after this, before the take, voids the pass
+    }
     control_requested_.store(false, std::memory_order_relaxed);  // under control_mutex_
     return true;
   }
 
-  void complete_flush(std::uint64_t ticket) noexcept {
+  // False, completing nothing, if items went back on the queue since the pass took its
+  // ticket: the pass may have missed them, so the next one (already requested by the
+  // put-back) takes the ticket again.
+  bool complete_flush(std::uint64_t ticket) noexcept {
     const std::lock_guard lock(control_mutex_);
+    if (put_backs_ != pass_put_backs_) {
+      pass_put_backs_ = put_backs_;
+      request_locked();
+      return false;
+    }
     flush_completed_ = std::max(flush_completed_, ticket);
     control_changed_.notify_all();
+    return true;
   }
 
   bool spin_found_work() const noexcept {
@@ -912,7 +983,7 @@ class reaper final : private detail::fork_participant {
 
   void drain_on_worker() noexcept {
     for (;;) {
-      in_flight_ = queue_.del_all();
+      take_from_queue(/*sweep=*/true);
       if (in_flight_.empty()) return;
       run_in_flight();
     }
@@ -967,21 +1038,94 @@ class reaper final : private detail::fork_participant {
   // Ends a reap_on_caller: puts the declined items back and lets waiting flushes finish. A
   // flush ticket the worker completed while this call held items proves nothing about them,
   // so such tickets are completed again by the worker's next pass over the queue.
+  // Ends a reap_on_caller: puts the declined items back and lets waiting flushes finish. A put-
+  // back voids the worker's pass in progress and every flush ticket completed since this call
+  // began (those passes may have run while this call held the items): the worker's next pass
+  // completes them again (see "The barrier"). Runs inside the call's hand.
   void finish_caller_reap(llist_chain<T, Hook>&& declined, std::uint64_t completed_before) noexcept {
     const bool requeued = !declined.empty();
-    const bool was_empty = queue_.add_batch(std::move(declined));
-    if (was_empty) oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
+    if (requeued) {
+      if (queue_.add_batch(std::move(declined))) oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
+      // An RMW, not a load: like enqueue's kick, it is ordered against the worker's STOPPED
+      // exchange, so either the worker's final drain sees the items put back or this sees
+      // STOPPED and tears them down here, still inside this call's hand.
+      if (kick() & stopped_bit) drain_inline();
+    }
     std::unique_lock lock(control_mutex_);
     --caller_reaps_;
-    if (requeued && flush_completed_ > completed_before) flush_completed_ = completed_before;
+    if (requeued) {
+      ++put_backs_;
+      if (flush_completed_ > completed_before) flush_completed_ = completed_before;
+    }
     const bool flush_waits = flush_requested_ > flush_completed_;
     if (flush_waits) request_locked();
     control_changed_.notify_all();
     lock.unlock();
-    if (!requeued && !flush_waits) return;
-    // An RMW, not a load: like enqueue's kick, it is ordered against the worker's STOPPED
-    // exchange, so either the worker's final drain sees the items put back or this sees STOPPED.
-    if ((kick() & stopped_bit) && requeued) drain_inline();
+    if (flush_waits) (void)kick();  // after the request: the worker looks at it
+  }
+
+  // Hands (see "The barrier"): a caller that takes items off the queue outside the worker (an
+  // inline drain after stop, a reap_on_caller) counts itself on the side that hand_side_bit
+  // names before its take, and uncounts after its last teardown. A flush after stop drains,
+  // flips the side, and waits for the old side to empty.
+  static constexpr std::uint64_t hand_side_bit = std::uint64_t{1} << 63;
+  static constexpr std::uint64_t hand_unit(bool side) noexcept { return side ? std::uint64_t{1} << 32 : 1; }
+
+  std::uint64_t open_hand() noexcept {
+    std::uint64_t seen = inline_hands_.load(std::memory_order_relaxed);
+    std::uint64_t unit = 0;
+    // acq_rel: pairs with the flusher's flip. Counted before the flip: the flusher sees us. After
+    // it: we read the flip, so the flusher's own drain happened before our take, and everything
+    // we take was added after that drain.
+    do {
+      unit = hand_unit((seen & hand_side_bit) != 0);
+    } while (!inline_hands_.compare_exchange_weak(seen, seen + unit, std::memory_order_acq_rel,
+                                                  std::memory_order_relaxed));
+    return unit;
+  }
+
+  void close_hand(std::uint64_t unit) noexcept {
+    // release: pairs with the flusher's acquire read of zero: our teardowns happen before its
+    // flush returns.
+    inline_hands_.fetch_sub(unit, std::memory_order_release);
+  }
+
+  // drain_inline() as a hand: the path of enqueue after stop and in a fork child.
+  void drain_inline_counted() noexcept {
+    const std::uint64_t unit = open_hand();
+    drain_inline();
+    close_hand(unit);
+  }
+
+  // After the worker ended (or in a fork child): waits for every reap_on_caller in progress,
+  // tears down what is queued, then waits out every hand counted before that. Flushers take
+  // turns, so each flip leaves only older hands on the side waited for. False: the deadline
+  // passed first.
+  bool settle_after_stop(std::chrono::steady_clock::time_point deadline) {
+    {
+      std::unique_lock lock(control_mutex_);
+      const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };
+      if (deadline == std::chrono::steady_clock::time_point::max()) {
+        control_changed_.wait(lock, no_caller_reaps);
+      } else if (!control_changed_.wait_until(lock, deadline, no_caller_reaps)) {
+        return false;
+      }
+    }
+    drain_inline();
+    const std::lock_guard turn(settle_mutex_);
+    // acq_rel: pairs with open_hand (see there).
+    const std::uint64_t before = inline_hands_.fetch_xor(hand_side_bit, std::memory_order_acq_rel);
+    const std::uint64_t side_mask = (before & hand_side_bit) != 0 ? (std::uint64_t{0x7fffffff} << 32) : 0xffffffffu;
+    // acquire: pairs with close_hand's release decrement.
+    for (unsigned spins = 0; (inline_hands_.load(std::memory_order_acquire) & side_mask) != 0; ++spins) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (spins < 1000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));  // a teardown that takes long
+      }
+    }
+    return true;
   }
 
   // Under control_mutex_: tell the worker to look at the requests.
@@ -1030,8 +1174,9 @@ class reaper final : private detail::fork_participant {
       control_changed_.wait(lock, [&] { return !worker_running_; });
     }
     lock.unlock();
-    drain_inline();  // a fork child, or items whose producers raced the end of the worker
-    return true;
+    // A fork child, items whose producers raced the end of the worker, and everything in
+    // a caller's hands.
+    return settle_after_stop(deadline);
   }
 
   // See detail::stop_on_own_worker. The item whose fn called exit() is already off in_flight_,
@@ -1074,27 +1219,20 @@ class reaper final : private detail::fork_participant {
 
   bool await_flush(std::uint64_t ticket, std::chrono::steady_clock::time_point deadline) {
     std::unique_lock lock(control_mutex_);
-    if (ticket == 0) {
-      // Stopped, or stopping: the stop drains everything; wait for it, then take what raced it.
-      const auto gone = [&] { return (!worker_running_ || worker_done_) && caller_reaps_ == 0; };
-      bool done = true;
-      if (deadline == std::chrono::steady_clock::time_point::max()) {
-        control_changed_.wait(lock, gone);
-      } else {
-        done = control_changed_.wait_until(lock, deadline, gone);
-      }
-      lock.unlock();
-      if (done) drain_inline();
-      return done;
-    }
+    // Ticket 0: stopped, or stopping; the stop drains everything. Either way, once the worker
+    // has ended, what it did not tear down is on the queue or in a caller's hands.
+    const auto worker_gone = [&] { return !worker_running_ || worker_done_; };
     const auto done = [&] {
-      return (flush_completed_ >= ticket && caller_reaps_ == 0) || !worker_running_ || worker_done_;
+      return (ticket != 0 && flush_completed_ >= ticket && caller_reaps_ == 0) || worker_gone();
     };
     if (deadline == std::chrono::steady_clock::time_point::max()) {
       control_changed_.wait(lock, done);
-      return true;
+    } else if (!control_changed_.wait_until(lock, deadline, done)) {
+      return false;
     }
-    return control_changed_.wait_until(lock, deadline, done);
+    if (ticket != 0 && flush_completed_ >= ticket && caller_reaps_ == 0) return true;
+    lock.unlock();
+    return settle_after_stop(deadline);
   }
 
   bool on_worker() const noexcept {
@@ -1159,6 +1297,11 @@ class reaper final : private detail::fork_participant {
     worker_known_.store(false, std::memory_order_relaxed);
     (void)held_.replace_all(std::move(in_flight_));  // held_ is empty: the worker took it back before parking
     state_.store(stopped_bit, std::memory_order_relaxed);
+    inline_hands_.store(0, std::memory_order_relaxed);  // the other threads' hands are not here
+    caller_reaps_ = 0;
+    // nice_mutex_ is not held across fork (see "Fork"): a thread that held it is not here.
+    new (&nice_mutex_) std::mutex;
+    new (&settle_mutex_) std::mutex;
     // The parked worker was a waiter on control_changed_; it does not exist here, and glibc's
     // pthread_cond_destroy would wait for it forever. Start over with a fresh one.
     new (&control_changed_) std::condition_variable;
@@ -1193,6 +1336,7 @@ class reaper final : private detail::fork_participant {
   alignas(64) llist_batch<T, Hook> in_flight_;
   std::uint64_t last_yield_ns_ = 0;
   bool handed_back_ = false;  // a freeze handed the batch back (worker only)
+  std::uint64_t batch_since_ns_ = 0;  // the watchdog clock the current take cleared (worker only)
   std::uint64_t flush_target_ = 0;  // the ticket this pass completes, 0 if none (worker only)
   // In a pool: the rest of the batch while the worker runs an item (taken by a sibling's steal,
   // or back by the worker with an exchange); in a fork child, what the parked worker held.
@@ -1227,6 +1371,15 @@ class reaper final : private detail::fork_participant {
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
   std::uint64_t caller_reaps_ = 0;  // reap_on_caller calls in progress
+  std::uint64_t put_backs_ = 0;       // reap_on_caller put-backs so far (see "The barrier")
+  std::uint64_t pass_put_backs_ = 0;  // put_backs_ when the worker's pass took its flush ticket
+
+  // See open_hand: bit 63 the side new hands count on, bits 0-31 side 0's count, 32-62 side 1's.
+  std::atomic<std::uint64_t> inline_hands_{0};
+  std::mutex settle_mutex_;  // flushers after stop take turns (settle_after_stop)
+  // Guards nice_ and worker_tid_; never held across fork() nor by the control plane, so fn may
+  // call nice()/set_nice() of any reaper while a fork() parks its worker.
+  mutable std::mutex nice_mutex_;
 
   // The reaper whose reap_on_caller runs on this thread, if any.
   static inline thread_local const reaper* reaping_here_ = nullptr;

@@ -233,6 +233,22 @@ class sharded_llist {
     return taken;
   }
 
+  /// del_all() that takes every shard holding nodes, flagged or not: what a barrier needs. A
+  /// plain del_all trusts the flags, and an adder preempted between its push and its flag
+  /// leaves its shard unflagged while a second adder's node sits behind it; an add that
+  /// happened before this call is taken by it (or by a take running beside it). Clears the
+  /// summary word first, as del_all does. Thread-safe; K relaxed loads plus one exchange per
+  /// non-empty shard.
+  [[nodiscard]] batch del_all_sweep() noexcept {
+    // acquire, as in del_all: pairs with the release CAS in flag().
+    if (summary_.load(std::memory_order_relaxed) != 0) (void)summary_.exchange(0, std::memory_order_acquire);
+    batch taken;
+    for (std::size_t i = mask_ + 1; i-- > 0;) {
+      if (!shards_[i].list.empty()) take(i, taken);
+    }
+    return taken;
+  }
+
   /// Wait-free. A relaxed snapshot of every shard; see "Memory ordering" in the header comment.
   bool empty() const noexcept {
     for (std::size_t i = 0; i <= mask_; ++i) {

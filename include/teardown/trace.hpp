@@ -80,6 +80,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -230,10 +231,17 @@ struct hook_slot {
     // seq_cst: pairs with the remover's seq_cst store of nullptr and read of the count (the
     // store-buffering pattern in the header comment): counted before the hooks are loaded.
     in_flight.count[side].fetch_add(1, std::memory_order_seq_cst);
+    // A hook removed from one slot may be added again into a later one while this emit runs
+    // (remove_hook waits for us, but add_hook does not): each hook is called once per emit.
+    std::array<hook<Event>, max_hooks> called{};
+    std::size_t calls = 0;
     for (std::atomic<hook<Event>>& slot : functions) {
       // seq_cst (so acquire): pairs with the release store of add_hook/set_hook, and with the
       // remover's seq_cst store of nullptr.
-      if (const hook<Event> fn = slot.load(std::memory_order_seq_cst)) fn(event);
+      const hook<Event> fn = slot.load(std::memory_order_seq_cst);
+      if (fn == nullptr || std::find(called.begin(), called.begin() + calls, fn) != called.begin() + calls) continue;
+      called[calls++] = fn;
+      fn(event);
     }
     // release: pairs with the acquire (seq_cst) read of 0 in drain(): the hooks' work happens
     // before the remove returns.

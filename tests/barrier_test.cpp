@@ -1,0 +1,516 @@
+// flush() and stop() as barriers under schedules that the friendly ones of a 2-CPU stress never
+// produce. Each test forces one interleaving: a thread is paused at a chosen point through the
+// library's own customisation points (the reaper's Queue parameter, sharded_llist's Atomics
+// parameter, a teardown function that blocks) and released when the others have reached theirs.
+// The library code itself is unchanged. What each checks is behaviour: an item enqueued before
+// flush() (or stop()) was called is torn down, exactly once, when the call returns; a fork() is
+// not held up by a teardown function that calls nice(); one emit calls a hook once.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "fork_test_support.hpp"
+#include "reaper_test_support.hpp"
+#include "teardown/reaper.hpp"
+#include "teardown/sharded_llist.hpp"
+#include "teardown/trace.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace teardown_test::reaper_support;
+using teardown::llist;
+using teardown::llist_batch;
+
+// A point where one thread waits until the test lets it go on.
+class pause_point {
+ public:
+  // On the paused thread: announces arrival, then waits for release().
+  void arrive_and_wait() {
+    std::unique_lock lock(mutex_);
+    arrived_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return released_; });
+  }
+  void wait_for_arrival() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return arrived_; });
+  }
+  void release() {
+    const std::lock_guard lock(mutex_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool arrived_ = false;
+  bool released_ = false;
+};
+
+// Returns once `done` is set or thread `tid` sleeps (two samples 5 ms apart): a thread blocked
+// in flush() or stop(), or one that already returned from it. It only picks the moment to
+// release the next thread; no outcome depends on how long anything took.
+void wait_until_returned_or_asleep(const std::atomic<bool>& done, const std::atomic<pid_t>& tid) {
+  while (tid.load() == 0) std::this_thread::yield();
+  for (;;) {
+    if (done.load()) return;
+    if (task_state(tid.load()) == 'S') {
+      std::this_thread::sleep_for(5ms);
+      if (done.load() || task_state(tid.load()) == 'S') return;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+// ---- a queue whose worker-side takes can be paused ---------------------------------------------
+
+// Called on the worker's del_all when set: before the take (false) and after it (true).
+std::function<void(bool after)> worker_take_hook;
+std::atomic<pid_t> worker_tid{0};
+
+struct gated_queue : llist<job, &job::hook> {
+  llist_batch<job, &job::hook> del_all() noexcept {
+    const bool gated = current_tid() == worker_tid.load() && worker_take_hook;
+    if (gated) worker_take_hook(false);
+    llist_batch<job, &job::hook> taken = llist<job, &job::hook>::del_all();
+    if (gated) worker_take_hook(true);
+    return taken;
+  }
+};
+
+using gated_reaper = teardown::reaper<job, &job::hook, job_fn, gated_queue>;
+
+// Learns the worker's thread id: one item whose fn records it.
+template <class Reaper>
+void learn_worker_tid(Reaper& reaper, std::atomic<pid_t>& probe_tid) {
+  job probe;
+  probe.id = 999;
+  reaper.enqueue(probe);
+  reaper.flush();
+  worker_tid.store(probe_tid.load());
+}
+
+// fn: counts; item 999 records the worker's tid; an item whose id is in `blocking` waits at
+// its pause point first.
+job_fn scripted_fn(std::atomic<pid_t>& probe_tid, std::function<void(job&)> before = {}) {
+  return [&probe_tid, before = std::move(before)](job& j) {
+    if (j.id == 999) {
+      probe_tid.store(current_tid());
+      return;
+    }
+    if (before) before(j);
+    j.runs.fetch_add(1);
+  };
+}
+
+class BarrierTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    worker_take_hook = nullptr;
+    worker_tid.store(0);
+  }
+  hang_guard guard_{current_test_name()};
+};
+
+// A reap_on_caller holds item X while the worker's pass for a flush ticket takes an empty
+// queue; the caller declines X and puts it back before the pass completes the ticket. The
+// flush must not return until X is torn down.
+TEST_F(BarrierTest, FlushWaitsForAnItemReapOnCallerPutBackDuringThePass) {
+  std::atomic<pid_t> probe{0};
+  gated_reaper reaper(scripted_fn(probe));
+  learn_worker_tid(reaper, probe);
+
+  job x;
+  x.id = 1;
+  reaper.freeze();  // so that the worker leaves X to the caller
+  reaper.enqueue(x);
+
+  pause_point caller_holds;
+  std::thread caller([&] {
+    (void)reaper.reap_on_caller([&](job&) {
+      caller_holds.arrive_and_wait();
+      return false;  // declined: back on the queue
+    });
+  });
+  caller_holds.wait_for_arrival();
+  reaper.thaw();
+
+  // The worker's first take after this: paused after it took (nothing: the caller holds X).
+  // Its second take: paused before it takes, until the flush has returned or is blocked.
+  pause_point pass_took;
+  pause_point next_take;
+  std::atomic<int> takes{0};
+  worker_take_hook = [&](bool after) {
+    const int n = takes.load();
+    if (n == 0 && after) {
+      takes.store(1);
+      pass_took.arrive_and_wait();
+    } else if (n == 1 && !after) {
+      takes.store(2);
+      next_take.arrive_and_wait();
+    }
+  };
+
+  std::atomic<bool> flushed{false};
+  std::atomic<pid_t> flusher_tid{0};
+  std::atomic<int> runs_at_return{-1};
+  std::thread flusher([&] {
+    flusher_tid.store(current_tid());
+    reaper.flush();
+    runs_at_return.store(x.runs.load());
+    flushed.store(true);
+  });
+  pass_took.wait_for_arrival();
+  caller_holds.release();  // X goes back, after the pass's take and before it completes
+  caller.join();
+  pass_took.release();
+  // Before the worker takes again: the flush has either returned (early) or waits for it.
+  next_take.wait_for_arrival();
+  wait_until_returned_or_asleep(flushed, flusher_tid);
+  next_take.release();
+  flusher.join();
+  EXPECT_EQ(runs_at_return.load(), 1) << "flush() returned before X, put back by reap_on_caller, was torn down";
+  reaper.stop();
+  EXPECT_EQ(x.runs.load(), 1);
+}
+
+// stop_for returns true only when everything is torn down: here X is in a reap_on_caller's
+// hands when the worker has already ended.
+TEST_F(BarrierTest, StopWaitsForAnItemInAReapOnCallersHands) {
+  job_reaper reaper(counting());
+  job x;
+  x.id = 1;
+  reaper.freeze();  // so that the worker leaves X to the caller
+  reaper.enqueue(x);
+
+  pause_point caller_holds;
+  std::thread caller([&] {
+    (void)reaper.reap_on_caller([&](job&) {
+      caller_holds.arrive_and_wait();
+      return false;
+    });
+  });
+  caller_holds.wait_for_arrival();
+  (void)reaper.stop_for(0ns);  // asks the worker to end; it may or may not have ended yet
+  EXPECT_TRUE(teardown_test::eventually([&] { return !reaper.stats().running; }));
+
+  std::atomic<bool> stopped{false};
+  std::atomic<pid_t> stopper_tid{0};
+  std::atomic<int> runs_at_return{-1};
+  std::atomic<bool> result{false};
+  std::thread stopper([&] {
+    stopper_tid.store(current_tid());
+    result.store(reaper.stop_for(1h));
+    runs_at_return.store(x.runs.load());
+    stopped.store(true);
+  });
+  wait_until_returned_or_asleep(stopped, stopper_tid);
+  caller_holds.release();
+  caller.join();
+  stopper.join();
+  EXPECT_TRUE(result.load());
+  EXPECT_EQ(runs_at_return.load(), 1) << "stop_for returned true while a reap_on_caller still held X";
+  EXPECT_EQ(x.runs.load(), 1);
+}
+
+// After stop, a producer's inline drain has taken Z (enqueued before the stop) and is still
+// tearing down what it took when stop() and flush() are called: both wait for it.
+TEST_F(BarrierTest, StopAndFlushWaitForAnInlineDrainThatTookAnEarlierItem) {
+  std::atomic<pid_t> probe{0};
+  pause_point w_blocks;
+  gated_reaper reaper(scripted_fn(probe, [&](job& j) {
+    if (j.id == 2) w_blocks.arrive_and_wait();  // W: first of the inline drain's batch
+  }));
+  learn_worker_tid(reaper, probe);
+
+  job w;  // taken with Z by the inline drain, torn down first (oldest first)
+  w.id = 2;
+  job z;
+  z.id = 3;
+  reaper.freeze();
+  reaper.enqueue(w);
+  reaper.enqueue(z);
+
+  // The worker's final drain: paused before its take, so that the producer's drain takes W, Z.
+  pause_point final_take;
+  std::atomic<bool> paused_once{false};
+  worker_take_hook = [&](bool after) {
+    if (!after && !paused_once.exchange(true)) final_take.arrive_and_wait();
+  };
+  std::atomic<bool> stopped{false};
+  std::atomic<pid_t> stopper_tid{0};
+  std::atomic<int> z_runs_at_stop{-1};
+  std::thread stopper([&] {
+    stopper_tid.store(current_tid());
+    reaper.stop();  // overrides the freeze
+    z_runs_at_stop.store(z.runs.load());
+    stopped.store(true);
+  });
+  final_take.wait_for_arrival();
+  EXPECT_FALSE(reaper.stats().running);  // STOPPED is published before the final drain
+
+  job a;
+  a.id = 4;
+  std::thread producer([&] { reaper.enqueue(a); });  // inline: A, then drains W and Z
+  w_blocks.wait_for_arrival();
+  final_take.release();  // the worker's final drain finds nothing and the worker ends
+
+  wait_until_returned_or_asleep(stopped, stopper_tid);
+  std::atomic<bool> flushed{false};
+  std::atomic<pid_t> flusher_tid{0};
+  std::atomic<int> z_runs_at_flush{-1};
+  std::thread flusher([&] {
+    flusher_tid.store(current_tid());
+    reaper.flush();
+    z_runs_at_flush.store(z.runs.load());
+    flushed.store(true);
+  });
+  wait_until_returned_or_asleep(flushed, flusher_tid);
+  w_blocks.release();
+  producer.join();
+  stopper.join();
+  flusher.join();
+  EXPECT_EQ(z_runs_at_stop.load(), 1) << "stop() returned while an inline drain still held Z";
+  EXPECT_EQ(z_runs_at_flush.load(), 1) << "flush() after stop returned while an inline drain still held Z";
+  EXPECT_EQ(w.runs.load(), 1);
+  EXPECT_EQ(z.runs.load(), 1);
+  EXPECT_EQ(a.runs.load(), 1);
+}
+
+// ---- a sharded queue whose adder is preempted between its push and its flag ------------------
+
+// Paused before the summary word's flag CAS when set on the adding thread.
+thread_local std::function<void()>* pause_before_flag = nullptr;
+
+struct flag_pausing_atomics {
+  template <class W>
+  struct atomic : std::atomic<W> {
+    using std::atomic<W>::atomic;
+    using std::atomic<W>::operator=;
+    bool compare_exchange_weak(W& expected, W desired, std::memory_order success,
+                               std::memory_order failure) noexcept {
+      if constexpr (std::is_same_v<W, std::uintptr_t>) {
+        if (pause_before_flag != nullptr) (*std::exchange(pause_before_flag, nullptr))();
+      }
+      return std::atomic<W>::compare_exchange_weak(expected, desired, success, failure);
+    }
+  };
+  static constexpr const char* name = "flag-pausing";
+};
+
+// Each thread adds to the shard the test gives it.
+thread_local std::size_t my_shard = 0;
+
+// Two shards, each thread adding to my_shard; the worker's takes (flagged or sweeping) go
+// through worker_take_hook like gated_queue's.
+struct two_shard_queue : teardown::sharded_llist<job, &job::hook, flag_pausing_atomics> {
+  using base = teardown::sharded_llist<job, &job::hook, flag_pausing_atomics>;
+  two_shard_queue() : base(2) {}
+  bool add(job& item) noexcept { return add_to(my_shard, item); }
+  llist_batch<job, &job::hook> del_all() noexcept {
+    return gated([&] { return base::del_all(); });
+  }
+  llist_batch<job, &job::hook> del_all_sweep() noexcept {
+    return gated([&] { return base::del_all_sweep(); });
+  }
+
+ private:
+  template <class Take>
+  static llist_batch<job, &job::hook> gated(Take take) {
+    const bool gate = current_tid() == worker_tid.load() && worker_take_hook;
+    if (gate) worker_take_hook(false);
+    llist_batch<job, &job::hook> taken = take();
+    if (gate) worker_take_hook(true);
+    return taken;
+  }
+};
+
+// Y adds to shard 0 and is preempted before its flag; X adds behind it (not the first add, so
+// it flags nothing) and flushes while shard 1 is flagged. The flush's pass must take shard 0.
+TEST_F(BarrierTest, FlushOverAShardedQueueTakesAShardWhoseFlagIsNotSetYet) {
+  std::atomic<pid_t> probe{0};
+  teardown::reaper<job, &job::hook, job_fn, two_shard_queue> reaper(scripted_fn(probe));
+  learn_worker_tid(reaper, probe);
+  job y, x, z;
+  y.id = 1;
+  x.id = 2;
+  z.id = 3;
+  reaper.freeze();  // the worker takes nothing until the flush's ticket is asked for
+
+  pause_point y_before_flag;
+  std::function<void()> pause = [&] { y_before_flag.arrive_and_wait(); };
+  std::thread adder_y([&] {
+    my_shard = 0;
+    pause_before_flag = &pause;
+    reaper.enqueue(y);
+  });
+  y_before_flag.wait_for_arrival();
+  std::thread adder_z([&] {
+    my_shard = 1;
+    reaper.enqueue(z);  // flags shard 1
+  });
+  adder_z.join();
+  my_shard = 0;
+  reaper.enqueue(x);  // behind Y on shard 0: not the first add, no flag
+
+  // The worker's take after the flush's pass: paused before it takes, until the flush has
+  // returned or waits for more.
+  pause_point second_take;
+  std::atomic<int> takes{0};
+  worker_take_hook = [&](bool after) {
+    if (!after && takes.fetch_add(1) == 1) second_take.arrive_and_wait();
+  };
+  std::atomic<bool> flushed{false};
+  std::atomic<pid_t> flusher_tid{0};
+  std::atomic<int> runs_at_return{-1};
+  std::thread flusher([&] {
+    flusher_tid.store(current_tid());
+    reaper.flush();
+    runs_at_return.store(x.runs.load());
+    flushed.store(true);
+  });
+  wait_until_returned_or_asleep(flushed, flusher_tid);  // its ticket is asked for
+  reaper.thaw();
+  second_take.wait_for_arrival();
+  wait_until_returned_or_asleep(flushed, flusher_tid);
+  second_take.release();
+  y_before_flag.release();
+  adder_y.join();
+  flusher.join();
+  EXPECT_EQ(runs_at_return.load(), 1) << "flush() returned with X still on an unflagged shard";
+  worker_take_hook = nullptr;
+  reaper.stop();
+  EXPECT_EQ(x.runs.load(), 1);
+  EXPECT_EQ(y.runs.load(), 1);
+  EXPECT_EQ(z.runs.load(), 1);
+}
+
+// ---- the stall watchdog ------------------------------------------------------------------------
+
+// An add that lands right after the worker's take, while the taken item blocks: its wait is
+// what the watchdog must see.
+TEST_F(BarrierTest, StallWatchdogSeesAnAddThatLandsRightAfterTheWorkersTake) {
+  std::atomic<pid_t> probe{0};
+  pause_point b_blocks;
+  teardown::reaper_options options;
+  options.stall_threshold = 0ns;
+  gated_reaper reaper(scripted_fn(probe,
+                                  [&](job& j) {
+                                    if (j.id == 1) b_blocks.arrive_and_wait();
+                                  }),
+                      options);
+  learn_worker_tid(reaper, probe);
+
+  job b, a, c;
+  b.id = 1;
+  a.id = 2;
+  c.id = 3;
+  pause_point after_take;
+  std::atomic<bool> paused_once{false};
+  worker_take_hook = [&](bool after) {
+    if (after && !paused_once.exchange(true)) after_take.arrive_and_wait();
+  };
+  reaper.enqueue(b);
+  after_take.wait_for_arrival();  // the worker took B
+  reaper.enqueue(a);              // the first add to the emptied queue
+  after_take.release();
+  b_blocks.wait_for_arrival();  // B blocks the worker
+  reaper.enqueue(c);            // behind A
+  const bool seen = teardown_test::eventually([&] { return reaper.stalled(); }, 10s);
+  EXPECT_TRUE(seen) << "two items wait behind a blocked item and stalled() stays false";
+  b_blocks.release();
+  reaper.flush();
+  EXPECT_FALSE(reaper.stalled());
+  EXPECT_EQ(a.runs.load() + b.runs.load() + c.runs.load(), 3);
+}
+
+// ---- fork while fn calls nice() ----------------------------------------------------------------
+
+// fork() parks the worker between items; a teardown function that calls set_nice() (of its own
+// reaper, or nice() of another) on the way must not deadlock it.
+TEST_F(BarrierTest, ForkWhileTheTeardownFunctionCallsNiceDoesNotDeadlock) {
+  // The fork handlers park the reapers in address order: reapers[0] is parked (its control
+  // plane held across the fork) before reapers[1], whose fn calls its nice().
+  std::array<std::optional<job_reaper>, 3> reapers;
+  pause_point in_fn;
+  reapers[0].emplace(counting());
+  reapers[1].emplace([&](job& j) {
+    in_fn.arrive_and_wait();
+    (void)reapers[1]->set_nice(19);
+    (void)reapers[0]->nice();
+    (void)reapers[2]->nice();
+    j.runs.fetch_add(1);
+  });
+  reapers[2].emplace(counting());
+  job_reaper& reaper = *reapers[1];
+  job x;
+  x.id = 1;
+  reaper.enqueue(x);
+  in_fn.wait_for_arrival();
+
+  std::atomic<bool> forked{false};
+  std::atomic<pid_t> forker_tid{0};
+  std::atomic<int> child_status{-1};
+  std::thread forker([&] {
+    forker_tid.store(current_tid());
+    const pid_t pid = teardown_test::start_child([] { return teardown_test::child_ok; });
+    forked.store(true);
+    child_status.store(teardown_test::wait_child(pid));
+  });
+  wait_until_returned_or_asleep(forked, forker_tid);  // in the fork handler, waiting for the park
+  in_fn.release();
+  forker.join();
+  EXPECT_EQ(child_status.load(), teardown_test::child_ok);
+  reaper.flush();
+  EXPECT_EQ(x.runs.load(), 1);
+}
+
+// ---- trace hooks ---------------------------------------------------------------------------------
+
+std::atomic<int> f_calls{0};
+pause_point* f_pause = nullptr;
+void hook_f(const teardown::trace::reject_event&) {
+  if (f_calls.fetch_add(1) == 0 && f_pause != nullptr) f_pause->arrive_and_wait();
+}
+void hook_g(const teardown::trace::reject_event&) {}
+
+// While remove_hook(f) waits out an emit that is inside f, other threads add g (into f's old
+// slot) and f again (into the next): the running emit must not call f a second time.
+TEST_F(BarrierTest, OneEmitCallsAHookOnceWhileItIsRemovedAndAddedAgain) {
+  namespace trace = teardown::trace;
+  trace::clear_hook<trace::reject_event>();
+  pause_point inside_f;
+  f_pause = &inside_f;
+  f_calls.store(0);
+  trace::add_hook<trace::reject_event>(&hook_f);
+  std::thread emitter([] { trace::reject(1, 1, 0, 0); });
+  inside_f.wait_for_arrival();
+  std::thread remover([] { (void)trace::remove_hook<trace::reject_event>(&hook_f); });
+  // f's slot is empty once the remover has taken it out (it then waits for the emit).
+  while (teardown::trace::detail::hook_slot<trace::reject_event>::functions[0].load() != nullptr) {
+    std::this_thread::yield();
+  }
+  trace::add_hook<trace::reject_event>(&hook_g);  // into slot 0
+  trace::add_hook<trace::reject_event>(&hook_f);  // into slot 1, behind the running emit
+  inside_f.release();
+  emitter.join();
+  remover.join();
+  EXPECT_EQ(f_calls.load(), 1) << "one emit called f twice";
+  f_pause = nullptr;
+  trace::clear_hook<trace::reject_event>();
+}
+
+}  // namespace
