@@ -857,5 +857,35 @@ TEST(PressurePolicyTest, AnMmSystemsFrozenBacklogIsGivenBackInPages) {
   kernel.flush();
 }
 
+// Two policies on one target would each put back what the other changed, in the wrong order
+// (the callbacks run in subscription order): the second is refused, and changes nothing.
+TEST(PressurePolicyTest, ASecondPolicyOnTheSameTargetIsRefused) {
+  injected_source source;
+  pressure_monitor monitor(source.options());
+  destroy_log log;
+  composition async(composition_options(1'000), item_traits{&log});
+  composition other(composition_options(1'000), item_traits{&log});
+  {
+    pressure_policy first(monitor, async, {.pressure_nice = 5, .drain_per_event = 0, .pressure_cap = 30});
+    try {
+      pressure_policy second(monitor, async, {.pressure_nice = 0, .drain_per_event = 0, .pressure_cap = 10});
+      ADD_FAILURE() << "a second policy on the same target was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("already"), std::string::npos) << e.what();
+    }
+    pressure_policy elsewhere(monitor, other, {.drain_per_event = 0});  // another target: fine
+    source.signal_event();
+    ASSERT_TRUE(eventually([&] { return first.stats().events == 1 && elsewhere.stats().events == 1; }));
+    EXPECT_EQ(async.max_pending(), 30u) << "the refused policy acted";
+    source.signal_relief();
+    ASSERT_TRUE(eventually([&] { return first.stats().reliefs == 1; }));
+    EXPECT_EQ(async.max_pending(), 1'000u);
+    EXPECT_EQ(async.worker_nice(), 19);
+  }
+  // The first one gone, the target takes a policy again.
+  pressure_policy again(monitor, async, {.drain_per_event = 0});
+  EXPECT_EQ(again.stats().events, 0u);
+}
+
 }  // namespace
 }  // namespace teardown_test
