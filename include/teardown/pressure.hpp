@@ -55,9 +55,10 @@
 // Who may call what (the monitor must outlive every subscription and every call)
 //   constructor          any thread; opens the files, registers the trigger, starts the thread.
 //                        Throws std::invalid_argument naming the field for bad options, a
-//                        null path among them (nothing started), std::system_error if the thread or eventfd cannot
-//                        be made. A PSI source named explicitly that cannot be had throws
-//                        std::system_error too; automatic falls back instead.
+//                        null path among them (nothing started), std::system_error if the
+//                        thread or eventfd cannot be made. A PSI source named explicitly
+//                        that cannot be had throws std::system_error too; automatic falls
+//                        back instead.
 //   subscribe            any thread but the monitor's; blocks while a callback runs. Refuses a
 //                        listener already subscribed (std::invalid_argument).
 //   unsubscribe          any thread but the monitor's (from a callback it would wait for
@@ -504,7 +505,8 @@ class pressure_monitor {
     const bool sampled = source_ == pressure_source::sampled;
     const int watched = source_ == pressure_source::injected ? opts_.event_fd : trigger_fd_;
     const bool injected = source_ == pressure_source::injected;
-    const clock::duration quiet = quiet_time(window_, opts_.relief_windows);  // relief: this long without an event
+    // Relief: this long without an event.
+    const clock::duration quiet = quiet_time(window_, opts_.relief_windows);
     // Saturating: a deadline beyond the clock's end is never reached (it must not wrap).
     const auto relief_at = [&](clock::time_point since) {
       return quiet > clock::time_point::max() - since ? clock::time_point::max() : since + quiet;
@@ -539,9 +541,9 @@ class pressure_monitor {
         bool ended = false;
         if (got & POLLIN) {
           char sink[8];
-          const ssize_t read = ::read(opts_.event_fd, sink, sizeof sink);  // consume it (eventfd: the counter)
-          event = read > 0;
-          ended = read == 0;  // end of file: the writer is gone
+          const ssize_t got_bytes = ::read(opts_.event_fd, sink, sizeof sink);  // consume it (eventfd: the counter)
+          event = got_bytes > 0;
+          ended = got_bytes == 0;  // end of file: the writer is gone
         }
         if (!event && (ended || (got & (POLLERR | POLLNVAL | POLLHUP)))) {
           // Nothing more will come: stop watching. Still injected, so no sampling: relief_fd
