@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -358,6 +360,128 @@ TEST(PressureMonitorTest, TheSamplerCountsALowMemAvailableAsAnEvent) {
     ASSERT_TRUE(eventually([&] { return listener.reliefs.load() == 1; }));
     EXPECT_GE(monitor.stats().samples, 2u);
     monitor.unsubscribe(listener);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A null path is refused up front: the sampler would read through it on the monitor thread.
+TEST(PressureMonitorTest, NullPathOptionsAreRefusedNamingTheField) {
+  const auto refused = [](pressure_monitor_options opts, const std::string& field) {
+    try {
+      pressure_monitor monitor(std::move(opts));
+      ADD_FAILURE() << "accepted a null " << field;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "a null " << field << " threw something other than std::invalid_argument: " << e.what();
+    }
+  };
+  pressure_monitor_options opts;
+  opts.proc_pressure = nullptr;
+  refused(opts, "proc_pressure");
+  opts = {};
+  opts.files.cgroup = nullptr;
+  refused(opts, "files.cgroup");
+  opts = {};
+  opts.files.mountinfo = nullptr;
+  refused(opts, "files.mountinfo");
+  opts = {};
+  opts.files.root = nullptr;
+  refused(opts, "files.root");
+  opts = {};
+  opts.source = pressure_source::sampled;
+  opts.meminfo = nullptr;
+  refused(opts, "meminfo");
+}
+
+// relief_windows x window far beyond what the clock holds: relief never comes from the quiet
+// windows (it would come at once if the deadline wrapped), only when sent.
+TEST(PressureMonitorTest, QuietTimeBeyondTheClockNeverBringsReliefByItself) {
+  struct shape {
+    std::chrono::microseconds window;
+    std::uint32_t relief_windows;
+  };
+  for (const shape s : {shape{std::chrono::hours(1), 10'000'000}, shape{10s, 1'000'000'000},
+                        shape{std::chrono::microseconds::max(), 1}, shape{std::chrono::hours(1), UINT32_MAX}}) {
+    SCOPED_TRACE(std::to_string(s.window.count()) + " us x " + std::to_string(s.relief_windows));
+    injected_source source;
+    pressure_monitor_options opts = source.options(s.window);
+    opts.relief_windows = s.relief_windows;
+    pressure_monitor monitor(opts);
+    counting_listener listener;
+    monitor.subscribe(listener);
+    source.signal_event();
+    ASSERT_TRUE(eventually([&] { return listener.pressures.load() == 1; }));
+    source.signal_event();
+    ASSERT_TRUE(eventually([&] { return listener.pressures.load() == 2; }));
+    EXPECT_EQ(listener.reliefs.load(), 0);
+    EXPECT_EQ(listener.firsts.load(), 1) << "relief came between the two events";
+    EXPECT_TRUE(monitor.under_pressure());
+    source.signal_relief();
+    ASSERT_TRUE(eventually([&] { return listener.reliefs.load() == 1; }));
+    monitor.unsubscribe(listener);
+  }
+}
+
+// A pipe written and then closed polls POLLIN | POLLHUP at once: the data is an event, and the
+// hang-up ends the watching without turning the injected monitor into a sampler.
+TEST(PressureMonitorTest, AnInjectedPipeWrittenThenClosedDeliversItsEventAndStaysInjected) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pressure_test.pipe." + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string meminfo = (dir / "meminfo").string();
+  {
+    std::ofstream out(meminfo);  // a sample of this would be an event
+    out << "MemTotal:       1000000 kB\nMemFree:          10000 kB\nMemAvailable:     10000 kB\n";
+  }
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
+  const std::uint64_t one = 1;
+  ASSERT_EQ(::write(fds[1], &one, sizeof one), static_cast<ssize_t>(sizeof one));
+  ::close(fds[1]);
+  {
+    injected_source relief;
+    pressure_monitor_options opts = relief.options();
+    opts.event_fd = fds[0];
+    opts.sample_interval = 1ms;
+    opts.meminfo = meminfo.c_str();
+    opts.files.cgroup = "/nonexistent";
+    pressure_monitor monitor(opts);
+    counting_listener listener;
+    monitor.subscribe(listener);
+    ASSERT_TRUE(eventually([&] { return monitor.stats().lost == 1; }));
+    relief.signal_relief();
+    ASSERT_TRUE(eventually([&] { return listener.reliefs.load() == 1; }));
+    // The monitor's counts, not the listener's: the event may come before subscribe().
+    EXPECT_EQ(monitor.stats().events, 1u) << "the written event was lost, or a sample made more";
+    EXPECT_EQ(monitor.stats().samples, 0u) << "an injected monitor sampled the meminfo";
+    EXPECT_EQ(monitor.source(), pressure_source::injected);
+    monitor.unsubscribe(listener);
+  }
+  ::close(fds[0]);
+  std::filesystem::remove_all(dir);
+}
+
+// A regular file takes the trigger's write but never reports pressure: refused as a trigger.
+TEST(PressureMonitorTest, ARegularFileIsRefusedAsAPsiTrigger) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pressure_test.file." + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string fake = (dir / "memory").string();
+  { std::ofstream out(fake); }
+  {
+    pressure_monitor_options opts;
+    opts.source = pressure_source::psi_system;
+    opts.proc_pressure = fake.c_str();
+    try {
+      pressure_monitor monitor(opts);
+      ADD_FAILURE() << "a regular file was taken as a PSI trigger: " << monitor.description();
+    } catch (const std::system_error& e) {
+      EXPECT_NE(std::string(e.what()).find("not a PSI pressure file"), std::string::npos) << e.what();
+    }
+    opts.source = pressure_source::automatic;
+    opts.files.cgroup = "/nonexistent";  // no cgroup trigger either
+    pressure_monitor monitor(opts);
+    EXPECT_EQ(monitor.source(), pressure_source::sampled) << monitor.description();
+    EXPECT_NE(monitor.description().find("not a PSI pressure file"), std::string::npos) << monitor.description();
   }
   std::filesystem::remove_all(dir);
 }
@@ -732,6 +856,36 @@ TEST(PressurePolicyTest, AnMmSystemsFrozenBacklogIsGivenBackInPages) {
   EXPECT_EQ(kernel.worker_nice(), 19);
   kernel.thaw();
   kernel.flush();
+}
+
+// Two policies on one target would each put back what the other changed, in the wrong order
+// (the callbacks run in subscription order): the second is refused, and changes nothing.
+TEST(PressurePolicyTest, ASecondPolicyOnTheSameTargetIsRefused) {
+  injected_source source;
+  pressure_monitor monitor(source.options());
+  destroy_log log;
+  composition async(composition_options(1'000), item_traits{&log});
+  composition other(composition_options(1'000), item_traits{&log});
+  {
+    pressure_policy first(monitor, async, {.pressure_nice = 5, .drain_per_event = 0, .pressure_cap = 30});
+    try {
+      pressure_policy second(monitor, async, {.pressure_nice = 0, .drain_per_event = 0, .pressure_cap = 10});
+      ADD_FAILURE() << "a second policy on the same target was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("already"), std::string::npos) << e.what();
+    }
+    pressure_policy elsewhere(monitor, other, {.drain_per_event = 0});  // another target: fine
+    source.signal_event();
+    ASSERT_TRUE(eventually([&] { return first.stats().events == 1 && elsewhere.stats().events == 1; }));
+    EXPECT_EQ(async.max_pending(), 30u) << "the refused policy acted";
+    source.signal_relief();
+    ASSERT_TRUE(eventually([&] { return first.stats().reliefs == 1; }));
+    EXPECT_EQ(async.max_pending(), 1'000u);
+    EXPECT_EQ(async.worker_nice(), 19);
+  }
+  // The first one gone, the target takes a policy again.
+  pressure_policy again(monitor, async, {.drain_per_event = 0});
+  EXPECT_EQ(again.stats().events, 0u);
 }
 
 }  // namespace

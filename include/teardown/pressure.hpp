@@ -23,12 +23,19 @@
 //                of a limit, or with MemAvailable under (100 - sample_percent)% of MemTotal,
 //                counts as an event. Coarse: v1's usage counts page cache, which reclaim takes
 //                back cheaply. description() says why the triggers were not used;
-//   injected     an fd the caller owns (event_fd): each time it polls readable is an event (an
+//   injected     an fd the caller owns (event_fd): each read of data from it is an event (an
 //                eventfd or a pipe; the monitor reads up to 8 bytes to consume it). Tests drive
 //                the real poll loop with it; relief_fd, if given, brings relief the same way.
+//                Data is read before a hang-up is acted on, so a pipe written and then closed
+//                still delivers its events; once the fd hangs up (end of file) or errs, the
+//                monitor stops watching it (counted in lost) and, still injected, never
+//                samples: relief_fd and the quiet windows still bring relief.
 // A trigger's rules (the kernel's psi_trigger_create): threshold in (0, window], window in
 // [500 ms, 10 s], and a writer without CAP_SYS_RESOURCE may only use windows that are a
-// multiple of 2 s (its triggers ride the 2 s averaging work, so events come at that pace). The
+// multiple of 2 s (its triggers ride the 2 s averaging work, so events come at that pace). A
+// trigger file must be on procfs or cgroup2 (fstatfs): any other writable file would take the
+// line and never fire, so it is refused as a PSI source (the explicit source throws, automatic
+// falls back, description() says why). The
 // options are checked against the first two; a window the kernel refuses (EINVAL) that is not
 // a multiple of 2 s is retried once rounded up to one (window() says what is in force). Writing
 // the trigger to /proc/pressure/memory includes the terminating NUL (the kernel overwrites the
@@ -37,7 +44,9 @@
 // Relief. A trigger only says "pressure"; the kernel sends at most one event per window while
 // the stall lasts. The monitor calls it relief when relief_windows windows (sampled: sample
 // intervals) pass without an event: the poll loop's own timeout, so an injected source shows it
-// as it shows events. The averages are not used: avg10 lags the stall by seconds either way.
+// as it shows events. relief_windows x window saturates at the clock's range: a quiet time
+// beyond it never ends by itself (it must not wrap and bring relief at once). The averages are
+// not used: avg10 lags the stall by seconds either way.
 //
 // The monitor thread: one, named (opts.name), nice 0, every signal sent to the process blocked
 // (worker_thread.hpp), poll() on the trigger fd (or event_fd) and on an eventfd that stop()
@@ -45,10 +54,11 @@
 //
 // Who may call what (the monitor must outlive every subscription and every call)
 //   constructor          any thread; opens the files, registers the trigger, starts the thread.
-//                        Throws std::invalid_argument naming the field for bad options
-//                        (nothing started), std::system_error if the thread or eventfd cannot
-//                        be made. A PSI source named explicitly that cannot be had throws
-//                        std::system_error too; automatic falls back instead.
+//                        Throws std::invalid_argument naming the field for bad options, a
+//                        null path among them (nothing started), std::system_error if the
+//                        thread or eventfd cannot be made. A PSI source named explicitly
+//                        that cannot be had throws std::system_error too; automatic falls
+//                        back instead.
 //   subscribe            any thread but the monitor's; blocks while a callback runs. Refuses a
 //                        listener already subscribed (std::invalid_argument).
 //   unsubscribe          any thread but the monitor's (from a callback it would wait for
@@ -72,6 +82,7 @@
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -124,7 +135,7 @@ struct pressure_monitor_options {
                                       // quiet windows still bring it too)
   std::string name = "pressure";      // the thread's name (Linux keeps 15 chars); no NUL
   memory_limit_sources files{};       // where the cgroup files are found (tests)
-  const char* proc_pressure = "/proc/pressure/memory";
+  const char* proc_pressure = "/proc/pressure/memory";  // none of the paths may be null
   const char* meminfo = "/proc/meminfo";
 };
 
@@ -133,8 +144,9 @@ struct pressure_monitor_stats {
   std::uint64_t episodes = 0;   // pressure began (the first event after relief, or ever)
   std::uint64_t reliefs = 0;    // relief_windows passed without an event
   std::uint64_t samples = 0;    // sampled: samples taken
-  std::uint64_t lost = 0;       // the trigger fd reported POLLERR (its cgroup went away); the
-                                // monitor goes on sampling
+  std::uint64_t lost = 0;       // the trigger fd reported POLLERR (its cgroup went away): the
+                                // monitor goes on sampling; or the injected fd hung up or erred:
+                                // it goes on without it, and does not sample
   bool under_pressure = false;
   bool nice_refused = false;    // the thread could not set nice 0
 };
@@ -326,6 +338,16 @@ class pressure_monitor {
       refuse("event_fd or relief_fd is set but source is not injected");
     }
     if (opts.name.find('\0') != std::string::npos) refuse("name holds a NUL byte");
+    // Every path is read on the way (the trigger, the fallback's sampler, the cgroup discovery),
+    // some only on the monitor thread: a null one is refused here, before anything starts.
+    const std::pair<const char*, const char*> paths[] = {{opts.proc_pressure, "proc_pressure"},
+                                                         {opts.meminfo, "meminfo"},
+                                                         {opts.files.cgroup, "files.cgroup"},
+                                                         {opts.files.mountinfo, "files.mountinfo"},
+                                                         {opts.files.root, "files.root"}};
+    for (const auto& [path, field] : paths) {
+      if (path == nullptr) refuse(std::string(field) + " is a null path");
+    }
     return opts;
   }
 
@@ -399,6 +421,9 @@ class pressure_monitor {
     if (!why_not.empty()) description_ += " (PSI triggers not used: " + why_not + ")";
   }
 
+  static constexpr decltype(statfs::f_type) proc_magic = 0x9fa0;        // PROC_SUPER_MAGIC
+  static constexpr decltype(statfs::f_type) cgroup2_magic = 0x63677270;  // CGROUP2_SUPER_MAGIC
+
   // Opens `path` and writes the trigger; on EINVAL with a window that is not a multiple of 2 s,
   // once more with the window rounded up to one (the unprivileged rule). True: trigger_fd_ set.
   bool try_trigger(const std::string& path, bool proc, std::string& why_not) {
@@ -407,6 +432,14 @@ class pressure_monitor {
       const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
       if (fd < 0) {
         why_not = path + ": open: " + std::strerror(errno);
+        return false;
+      }
+      // Any writable file takes the trigger's line; only PSI's (on procfs, or a cgroup2
+      // file) ever reports pressure. Anything else would be a trigger that never fires.
+      struct statfs fs {};
+      if (::fstatfs(fd, &fs) != 0 || (fs.f_type != proc_magic && fs.f_type != cgroup2_magic)) {
+        ::close(fd);
+        why_not = path + ": not a PSI pressure file (on neither procfs nor cgroup2)";
         return false;
       }
       const std::string line = trigger_line(opts_.line, opts_.stall, window);
@@ -471,12 +504,19 @@ class pressure_monitor {
     using clock = std::chrono::steady_clock;
     const bool sampled = source_ == pressure_source::sampled;
     const int watched = source_ == pressure_source::injected ? opts_.event_fd : trigger_fd_;
-    const auto quiet = window_ * opts_.relief_windows;  // relief: this long without an event
+    const bool injected = source_ == pressure_source::injected;
+    // Relief: this long without an event.
+    const clock::duration quiet = quiet_time(window_, opts_.relief_windows);
+    // Saturating: a deadline beyond the clock's end is never reached (it must not wrap).
+    const auto relief_at = [&](clock::time_point since) {
+      return quiet > clock::time_point::max() - since ? clock::time_point::max() : since + quiet;
+    };
     clock::time_point last_event{};
     clock::time_point next_sample = clock::now() + opts_.sample_interval;
     std::uint64_t episode_events = 0;
     bool pressured = false;
     bool watching = watched >= 0 && !sampled;
+    bool sampling = sampled;  // an injected monitor never samples, even once its fd is gone
     int relief_fd = source_ == pressure_source::injected ? opts_.relief_fd : -1;
     for (;;) {
       // A PSI trigger fd always polls readable (the kernel's default mask): its event is POLLPRI.
@@ -484,8 +524,8 @@ class pressure_monitor {
       pollfd fds[3] = {{stop_fd_, POLLIN, 0}, {watching ? watched : -1, wanted, 0}, {relief_fd, POLLIN, 0}};
       const clock::time_point now = clock::now();
       clock::time_point wake = clock::time_point::max();
-      if (!watching) wake = next_sample;
-      if (pressured) wake = std::min(wake, last_event + quiet);
+      if (sampling) wake = next_sample;
+      if (pressured) wake = std::min(wake, relief_at(last_event));
       int timeout = -1;
       if (wake != clock::time_point::max()) {
         const auto left = std::chrono::ceil<std::chrono::milliseconds>(std::max(wake - now, clock::duration::zero()));
@@ -495,19 +535,32 @@ class pressure_monitor {
       if (ready < 0 && errno != EINTR) break;  // cannot happen with valid fds: stop looking
       if (fds[0].revents & POLLIN) break;
       bool event = false;
-      if (watching && (fds[1].revents & (POLLERR | POLLNVAL | POLLHUP))) {
-        // The trigger's cgroup went away (or the injected fd closed): sample from now on.
+      const short got = watching ? fds[1].revents : 0;
+      if (injected && got != 0) {
+        // The data first: a pipe written and then closed polls POLLIN | POLLHUP at once.
+        bool ended = false;
+        if (got & POLLIN) {
+          char sink[8];
+          const ssize_t got_bytes = ::read(opts_.event_fd, sink, sizeof sink);  // consume it (eventfd: the counter)
+          event = got_bytes > 0;
+          ended = got_bytes == 0;  // end of file: the writer is gone
+        }
+        if (!event && (ended || (got & (POLLERR | POLLNVAL | POLLHUP)))) {
+          // Nothing more will come: stop watching. Still injected, so no sampling: relief_fd
+          // and the quiet windows still bring relief.
+          lost_.fetch_add(1, std::memory_order_relaxed);
+          watching = false;
+        }
+      } else if (got & (POLLERR | POLLNVAL | POLLHUP)) {
+        // The trigger's cgroup went away: sample from now on.
         lost_.fetch_add(1, std::memory_order_relaxed);
         watching = false;
+        sampling = true;
         next_sample = clock::now() + opts_.sample_interval;
-      } else if (watching && (fds[1].revents & wanted)) {
+      } else if (got & wanted) {
         event = true;
-        if (source_ == pressure_source::injected) {
-          char sink[8];
-          (void)!::read(opts_.event_fd, sink, sizeof sink);  // consume it (eventfd: the counter)
-        }
       }
-      if (!watching && clock::now() >= next_sample) {
+      if (sampling && clock::now() >= next_sample) {
         next_sample = clock::now() + opts_.sample_interval;
         samples_.fetch_add(1, std::memory_order_relaxed);
         event = event || sample();
@@ -534,13 +587,22 @@ class pressure_monitor {
         relief_fd = -1;  // closed: the quiet windows alone bring relief
       }
       // An injected relief read together with an event comes after it (the order it was sent).
-      if (pressured && (relief_now || (!event && clock::now() >= last_event + quiet))) {
+      if (pressured && (relief_now || (!event && clock::now() >= relief_at(last_event)))) {
         pressured = false;
         pressured_.store(false, std::memory_order_relaxed);
         reliefs_.fetch_add(1, std::memory_order_relaxed);
         dispatch([](pressure_listener& l) { l.on_relief(); });
       }
     }
+  }
+
+  // relief_windows x window, saturated at the clock's range (an injected window may be an hour,
+  // and 10 s x 2^32 windows is beyond it too).
+  static std::chrono::steady_clock::duration quiet_time(std::chrono::microseconds window, std::uint32_t windows) {
+    using clock_duration = std::chrono::steady_clock::duration;
+    const auto limit = std::chrono::duration_cast<std::chrono::microseconds>(clock_duration::max()).count();
+    if (windows == 0 || window.count() > limit / windows) return clock_duration::max();
+    return std::chrono::duration_cast<clock_duration>(window * windows);
   }
 
   template <class Call>

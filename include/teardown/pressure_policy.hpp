@@ -20,7 +20,10 @@
 // Who may call what: Target is an async_teardown, a deferred_domain or a model basic_mm_system
 // (its cost units: bytes, bytes, pages). The constructor (any thread but the monitor's) subscribes
 // and the destructor unsubscribes, then undoes whatever is still in force; stats() and options()
-// are wait-free from any thread. The monitor and the target must outlive the policy. Its callbacks call only the target's own entry points: drain, freeze,
+// are wait-free from any thread. One policy per target object at a time: the constructor
+// refuses a second (std::invalid_argument, changing nothing), on any monitor, until the first
+// is destroyed. Two would each save what the other had changed and put it back in subscription
+// order, not in reverse, leaving the second's cap and nice in force after both reliefs. The monitor and the target must outlive the policy. Its callbacks call only the target's own entry points: drain, freeze,
 // thaw, max_pending / replace_max_pending (mm_system: ..._pages), worker_nice and
 // set_worker_nice. Thawing nests as freeze does: the levels the policy undid are its own until
 // relief, when it freezes exactly that many again (a thaw someone else makes meanwhile finds no
@@ -29,20 +32,25 @@
 // The cap rule. On pressure the policy records the cap it finds (C) and, if C is above
 // pressure_cap, replaces it with pressure_cap. On relief it replaces pressure_cap with C in one
 // compare-and-swap: if the cap no longer reads pressure_cap, someone set a cap meanwhile, and
-// that cap stands (counted in caps_kept). Several policies on one shared budget compose: each
-// puts back what it found, and the first to lower it found the original.
+// that cap stands (counted in caps_kept). Policies on different targets that share one budget
+// compose when their pressure_cap is the same: the first lowers the cap, the others find it
+// there and leave it, and the first puts back the original. With different pressure_caps the
+// reliefs would run first-in first-out; give such targets budgets of their own.
 //
 // Memory ordering: the callbacks run under the monitor's mutex (pressure.hpp). The counters are
 // relaxed, except that the policy counts an event (a relief) after its actions with release and
 // stats() reads that count first with acquire: a snapshot that counts it shows what it did.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "teardown/async_teardown.hpp"  // drain_result
 #include "teardown/budget.hpp"
@@ -50,6 +58,30 @@
 #include "teardown/trace.hpp"
 
 namespace teardown {
+
+namespace detail::pressure_policy_impl {
+
+// The targets that have a policy, so that each target's saved state has one owner. A mutex:
+// taken only by a policy's constructor and destructor.
+struct claimed {
+  static inline std::mutex mutex;
+  static inline std::vector<const void*> targets;  // guarded by mutex
+};
+
+inline bool claim(const void* target) {
+  const std::lock_guard lock(claimed::mutex);
+  if (std::find(claimed::targets.begin(), claimed::targets.end(), target) != claimed::targets.end()) return false;
+  claimed::targets.push_back(target);
+  return true;
+}
+
+inline void release(const void* target) noexcept {
+  const std::lock_guard lock(claimed::mutex);
+  const auto at = std::find(claimed::targets.begin(), claimed::targets.end(), target);
+  if (at != claimed::targets.end()) claimed::targets.erase(at);
+}
+
+}  // namespace detail::pressure_policy_impl
 
 /// Checked by the policy's constructor (std::invalid_argument naming the field).
 struct pressure_policy_options {
@@ -82,10 +114,21 @@ struct pressure_policy_stats {
 template <class Target>
 class pressure_policy final : private pressure_listener {
  public:
-  /// Subscribes to `monitor`. Throws std::invalid_argument for bad options, changing nothing.
+  /// Subscribes to `monitor`. Throws std::invalid_argument for bad options, or when `target`
+  /// already has a policy, changing nothing.
   pressure_policy(pressure_monitor& monitor, Target& target, pressure_policy_options opts = {})
       : monitor_(monitor), target_(target), opts_(validated(opts)), domain_(trace_domain_of(target)) {
-    monitor_.subscribe(*this);
+    if (!detail::pressure_policy_impl::claim(&target_)) {
+      throw std::invalid_argument(
+          "teardown::pressure_policy: the target already has a pressure_policy (one per target: two would each "
+          "put back what the other changed, in the wrong order)");
+    }
+    try {
+      monitor_.subscribe(*this);
+    } catch (...) {
+      detail::pressure_policy_impl::release(&target_);
+      throw;
+    }
   }
 
   pressure_policy(const pressure_policy&) = delete;
@@ -96,6 +139,7 @@ class pressure_policy final : private pressure_listener {
   ~pressure_policy() {
     (void)monitor_.unsubscribe(*this);
     restore();
+    detail::pressure_policy_impl::release(&target_);  // last: a new policy starts from what we put back
   }
 
   const pressure_policy_options& options() const noexcept { return opts_; }

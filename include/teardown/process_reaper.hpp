@@ -25,7 +25,10 @@
 //                           wait(-1)) can reap it and hand its pid to another process first. The
 //                           child runs child_main() and _exits with its result (0 for void, 127
 //                           if it throws); fork() runs the atfork handlers, this library's
-//                           included. Throws std::system_error, leaving nothing behind.
+//                           included. pthread_exit() in child_main is not caught: its unwind
+//                           goes on through the frames the child copied from the caller, and
+//                           the child ends as a last thread's pthread_exit ends a process.
+//                           Throws std::system_error, leaving nothing behind.
 //   pidfd_process::adopt    any thread: pidfd_open(pid). Any process we may see, child or not.
 //                           Throws std::invalid_argument for pid <= 0, std::system_error (ESRCH:
 //                           no such process) otherwise.
@@ -36,7 +39,8 @@
 //   ~pidfd_process          closes the pidfd. It never kills and never reaps: a child it names
 //                           stays a zombie until someone waits for it.
 //   process_reaper::kill    any thread, concurrently; not from the reaper's own callback (a trace
-//                           hook). Reads the RSS, charges it, checks with signal 0 that the
+//                           hook). Reads the anonymous RSS (a live thread's when the main
+//                           thread has exited), charges it, checks with signal 0 that the
 //                           process is there and may be signalled, and enqueues (lock-free) a
 //                           copy of the pidfd; returns at once. The worker sends the signal and
 //                           calls process_mrelease right after (lmkd's order, which wins the race
@@ -100,6 +104,8 @@
 #error "teardown/process_reaper.hpp: Linux only (pidfd_open, pidfd_send_signal, process_mrelease)"
 #endif
 
+#include <cxxabi.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -162,7 +168,8 @@ class pidfd_process {
   ~pidfd_process() { close_fd(); }
 
   /// Forks a child that runs child_main() and _exits with its result (int, or 0 for void; 127
-  /// if it throws). The child must keep to what a fork child of a threaded program may do.
+  /// if it throws; pthread_exit() is let through). The child must keep to what a fork child of
+  /// a threaded program may do.
   template <class F>
   static pidfd_process spawn(F&& child_main);
 
@@ -296,24 +303,47 @@ inline bool wait_for_exit(int pidfd, std::chrono::nanoseconds timeout) noexcept 
   }
 }
 
-// The process's anonymous RSS in bytes (statm's resident minus shared: what a reap can free),
-// 0 if /proc cannot tell. The caller checks afterwards that the pid still named its process.
-inline std::uint64_t anonymous_rss_bytes(pid_t pid) noexcept {
-  char path[40];
-  std::snprintf(path, sizeof path, "/proc/%ld/statm", static_cast<long>(pid));
+// One statm file's resident minus shared, in pages; false if it cannot be read.
+inline bool statm_anonymous_pages(const char* path, std::uint64_t& pages) noexcept {
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return false;
   char text[160];
   ssize_t got = 0;
   do {
     got = ::read(fd, text, sizeof text - 1);
   } while (got < 0 && errno == EINTR);
   ::close(fd);
-  if (got <= 0) return 0;
+  if (got <= 0) return false;
   text[got] = '\0';
   unsigned long long size = 0, resident = 0, shared = 0;
-  if (std::sscanf(text, "%llu %llu %llu", &size, &resident, &shared) != 3 || shared > resident) return 0;
-  return (resident - shared) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  if (std::sscanf(text, "%llu %llu %llu", &size, &resident, &shared) != 3 || shared > resident) return false;
+  pages = resident - shared;
+  return true;
+}
+
+// The process's anonymous RSS in bytes (statm's resident minus shared: what a reap can free),
+// 0 if /proc cannot tell. The caller checks afterwards that the pid still named its process.
+// /proc/PID/statm is the thread group leader's: once the main thread has exited
+// (pthread_exit) it reads zero while the other threads keep the mm. Every thread shares that
+// mm, so a live one's task/TID/statm tells instead.
+inline std::uint64_t anonymous_rss_bytes(pid_t pid) noexcept {
+  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%ld/statm", static_cast<long>(pid));
+  std::uint64_t pages = 0;
+  if (statm_anonymous_pages(path, pages) && pages != 0) return pages * page;
+  std::snprintf(path, sizeof path, "/proc/%ld/task", static_cast<long>(pid));
+  DIR* tasks = ::opendir(path);
+  if (tasks == nullptr) return 0;
+  std::uint64_t most = 0;
+  while (const dirent* entry = ::readdir(tasks)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    std::snprintf(path, sizeof path, "/proc/%ld/task/%.20s/statm", static_cast<long>(pid), entry->d_name);
+    // A thread that exited reads zero; any live one reads the mm's.
+    if (statm_anonymous_pages(path, pages) && pages > most) most = pages;
+  }
+  ::closedir(tasks);
+  return most * page;
 }
 
 inline void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
@@ -334,6 +364,39 @@ struct killed_process {
     if (pidfd >= 0) ::close(pidfd);
   }
 };
+
+}  // namespace detail
+
+namespace detail {
+
+// The child's side of spawn: child_main's result, 127 if it throws. pthread_exit() (or a
+// cancellation) unwinds with abi::__forced_unwind, which the runtime aborts the process for if it
+// is caught and not rethrown: it goes on, and the thread ends as asked. The ABI makes that
+// exception's object null, so binding the handler's reference trips UBSan's null check, which
+// is off here for that alone (GCC turns UBSan off only whole).
+template <class F>
+#if defined(__clang__)
+__attribute__((no_sanitize("null")))
+#else
+__attribute__((no_sanitize_undefined))
+#endif
+int run_child_main(F& child_main) {
+  try {
+    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+      child_main();
+      return 0;
+    } else {
+      return static_cast<int>(child_main());
+    }
+  } catch (abi::__forced_unwind&) {
+    throw;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "teardown::process::pidfd_process::spawn: the child threw: %s\n", error.what());
+  } catch (...) {
+    std::fprintf(stderr, "teardown::process::pidfd_process::spawn: the child threw\n");
+  }
+  return 127;
+}
 
 }  // namespace detail
 
@@ -369,20 +432,7 @@ pidfd_process pidfd_process::spawn(F&& child_main) {
     } while (got < 0 && errno == EINTR);
     ::close(go[1]);
     if (got != 1) _exit(127);  // the parent gave up
-    int code = 0;
-    try {
-      if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
-        child_main();
-      } else {
-        code = static_cast<int>(child_main());
-      }
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "teardown::process::pidfd_process::spawn: the child threw: %s\n", error.what());
-      code = 127;
-    } catch (...) {
-      std::fprintf(stderr, "teardown::process::pidfd_process::spawn: the child threw\n");
-      code = 127;
-    }
+    const int code = detail::run_child_main(child_main);
     std::fflush(nullptr);
     _exit(code);
   }
