@@ -599,8 +599,10 @@ TEARDOWN_SHADOW_HELPER_CODE inline void helper_watch(helper_args* args) noexcept
 // writes a pidfd (close-on-exec) to *pidfd. The child starts on stack_top with no frame, calls
 // helper_main(args) and never comes back here. Everything it runs before helper_main is in this
 // asm block: registers only, nothing on the owner's stack.
-// Helper code too: the intermediate of a detached helper calls it.
-TEARDOWN_SHADOW_HELPER_CODE inline long helper_clone(unsigned long flags, void* stack_top, int* pidfd, int* clear_tid,
+// Helper code too: the intermediate of a detached helper calls it. Never inlined, so that its
+// one indirect call (the new process's entry) stays in this function, which
+// tests/process_test.cpp's machine-code check allows it in.
+TEARDOWN_SHADOW_HELPER_CODE __attribute__((noinline)) inline long helper_clone(unsigned long flags, void* stack_top, int* pidfd, int* clear_tid,
                                                      helper_args* args,
                                                      void (*entry)(void*) noexcept = &helper_main) noexcept {
   long result = SYS_clone;
