@@ -980,6 +980,27 @@ TEST_F(ProcessShadowProgramTest, HelperOutlivesTheThreadThatCreatedIt) {
   EXPECT_TRUE(eventually([&] { return ended(helper); })) << "the helper outlived its program";
 }
 
+// The helper's first wait is on the enabling thread's tid word, whose futex the kernel wakes
+// once, for one waiter: a pthread_join() that queued first takes that wake. The helper must still
+// go on (it looks at the word again), or it would never learn of its program's exit.
+TEST_F(ProcessShadowProgramTest, HelperOfAThreadThatWasJoinedStillEndsWithItsProgram) {
+  program p([](report& r) {
+    std::thread thread([&] {
+      r.helper = tp::enable_shadow_teardown();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the joiner waits first
+    });
+    thread.join();
+  });
+  ASSERT_STREQ(p.reported().failure, "");
+  const pid_t helper = p.reported().helper;
+  strays_.add(helper);
+  ASSERT_TRUE(eventually([&] { return ended(helper) || blocked_in_ppoll(helper); }, std::chrono::seconds(10)))
+      << "the helper still waits for a thread that is gone";
+  EXPECT_FALSE(ended(helper));
+  p.kill_and_wait();
+  EXPECT_TRUE(eventually([&] { return ended(helper); })) << "the helper outlived its program";
+}
+
 TEST_F(ProcessShadowProgramTest, ExecEndsTheHelperWhichFreesTheOldImage) {
   // exec replaces the program's mm, not the helper's: a helper that stayed would keep the whole
   // old image alive for as long as the program runs. The exec closes the helper's pipe instead.

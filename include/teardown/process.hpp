@@ -81,7 +81,8 @@
 //   - It first waits on the enabling thread's clear-child-tid word (the C library's, found with
 //     PR_GET_TID_ADDRESS): the kernel clears it and wakes its futex when that thread leaves the
 //     address space, which its exit, the process's exit (any way) and an exec() by any thread all
-//     do. The helper passes the wake on (a pthread_join of that thread may wait beside it) and
+//     do. It looks at the word once a second as well (a pthread_join of that thread that waits
+//     on the same futex may take the kernel's one wake). The helper passes the wake on and
 //     asks kcmp(KCMP_VM) whether the program still uses this address space, for up to 100 ms
 //     (an exec switches the mm a moment after the wake): if not, it exits; if so (only that
 //     thread ended), it goes on to the pipe. This is what ends it at an exec() by a program that
@@ -520,12 +521,16 @@ TEARDOWN_SHADOW_HELPER_CODE inline long helper_program_moved(const helper_args* 
 // exec()ed; exec switches the mm a moment after the wake, hence the short retries) the helper
 // exits; if only that thread ended, it returns, and the pipe alone tells from then on. The wake
 // is passed on at once: the kernel wakes one waiter, and a pthread_join() of that thread may be
-// waiting beside us.
+// waiting beside us. For the same reason the wait is bounded: a joiner that queued first takes
+// the kernel's one wake, and the helper, still asleep on a word that now reads 0 (or, once the C
+// library reused that thread's stack, another tid), would never learn of the program's exit. So
+// it looks at the word once a second.
 TEARDOWN_SHADOW_HELPER_CODE inline void helper_watch(helper_args* args) noexcept {
   int* const word = args->watch_word;
   const int value = args->watch_value;
+  const long period[2] = {1, 0};  // struct timespec: 1 s
   while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == value) {
-    (void)helper_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAIT, value, 0);
+    (void)helper_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAIT, value, reinterpret_cast<long>(period));
   }
   (void)helper_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAKE, INT_MAX);
   for (int attempt = 0; attempt < 50; ++attempt) {
@@ -704,7 +709,8 @@ inline constinit shadow_state state{};
 // own where none does. The name carries the layout's version and the argument its size: a copy
 // built from another version of the header finds no match and keeps to its own state. Change
 // the suffix whenever shadow_state changes.
-extern "C" __attribute__((visibility("default"))) inline void* teardown_process_shadow_state_v1(
+// (`used`: emitted by every copy, called or not, so that an object that exports it has it.)
+extern "C" __attribute__((visibility("default"), used)) inline void* teardown_process_shadow_state_v1(
     unsigned long size) noexcept {
 #if TEARDOWN_SHADOW_SUPPORTED
   return size == sizeof(teardown::process::detail::shadow_state) ? &teardown::process::detail::state : nullptr;
@@ -725,10 +731,8 @@ inline shadow_state& shared_state() noexcept {
   shadow_state* found = cached.load(std::memory_order_acquire);
   if (found != nullptr) return *found;
   found = &state;
-  // Naming our own definition also makes each copy emit it (an inline function nothing uses is
-  // not emitted), so that an object that exports it has it to export.
-  void* const symbol = dlsym(RTLD_DEFAULT, "teardown_process_shadow_state_v1");
-  if (symbol != nullptr && symbol != reinterpret_cast<void*>(&teardown_process_shadow_state_v1)) {
+  // Whichever definition comes first answers, ours included: it returns its own object's state.
+  if (void* const symbol = dlsym(RTLD_DEFAULT, "teardown_process_shadow_state_v1"); symbol != nullptr) {
     using lookup = void* (*)(unsigned long) noexcept;
     auto* const other = static_cast<shadow_state*>(
         reinterpret_cast<lookup>(reinterpret_cast<std::uintptr_t>(symbol))(sizeof(shadow_state)));
