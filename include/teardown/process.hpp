@@ -170,6 +170,8 @@
 //     takes its helper with it (and the oom_reaper frees the memory as usual), and if the helper
 //     is chosen (it shows the same RSS), the program dies with it. The helper inherits the
 //     program's oom_score_adj.
+//   - While it watches the enabling thread (until that thread ends), the helper wakes once a
+//     second to read one word: no system call but the futex wait, no memory touched but that.
 //   - It is visible: ps lists the helper with options.name as its command (comm) and the
 //     program's command line (cmdline lives in the shared memory), and with the program's RSS.
 //     Tools that add up RSS over processes count the program twice; the memory cgroup does not.
