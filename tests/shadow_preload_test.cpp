@@ -247,8 +247,13 @@ class installed_prefix : public ::testing::Environment {
 class launched {
  public:
   // Runs `arguments` with stdin, stdout and stderr on pipes, with `extra` added to (or, as
-  // "NAME", removed from) the environment.
-  explicit launched(const std::vector<std::string>& arguments, const std::vector<std::string>& extra = {}) {
+  // "NAME", removed from) the environment; with `own_group`, in a process group of its own, so
+  // that a case that hangs can end everything it started. (Not by default: a group of its own is
+  // orphaned when the program dies, and the kernel then sends SIGHUP and SIGCONT to its stopped
+  // members, which would resume a helper that a case stopped.)
+  explicit launched(const std::vector<std::string>& arguments, const std::vector<std::string>& extra = {},
+                    bool own_group = false)
+      : own_group_(own_group) {
     int in[2], out[2], err[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
       ADD_FAILURE() << "pipe2: " << std::strerror(errno);
@@ -276,11 +281,12 @@ class launched {
     posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
     posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-    // A process group of its own, so that a case that hangs can end everything it started.
     posix_spawnattr_t attributes;
     posix_spawnattr_init(&attributes);
-    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&attributes, 0);
+    if (own_group) {
+      posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+      posix_spawnattr_setpgroup(&attributes, 0);
+    }
     const int error = posix_spawn(&pid_, argv[0], &actions, &attributes, argv.data(), envp.data());
     posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
@@ -344,7 +350,7 @@ class launched {
   }
 
   // Closes its stdin and waits up to `seconds` for it to exit by itself: its status, or nothing
-  // (after killing its whole process group) if it did not.
+  // (after killing it, and its whole process group if it has one of its own) if it did not.
   std::optional<int> finish_within(int seconds) {
     close(to_);
     to_ = -1;
@@ -357,7 +363,7 @@ class launched {
         return status;
       }
       if (std::chrono::steady_clock::now() > give_up) {
-        kill(-pid_, SIGKILL);
+        kill(own_group_ ? -pid_ : pid_, SIGKILL);
         (void)wait();
         return std::nullopt;
       }
@@ -388,6 +394,7 @@ class launched {
     return status;
   }
 
+  bool own_group_ = false;
   pid_t pid_ = 0;
   bool reaped_ = false;
   int to_ = -1, from_ = -1, errors_ = -1;
@@ -731,7 +738,7 @@ std::string exited_with(int code) { return "exit " + std::to_string(code); }
 // A program that waits for every child with __WALL until ECHILD (a supervisor's reap loop) would
 // wait for a helper that is its child, and the helper ends only with the program.
 TEST_F(ShadowPreloadTest, WallWaiterUnderTheLauncherReapsItsChildrenAndEndsWithItsStatus) {
-  launched p(probe({"wall", "3"}));
+  launched p(probe({"wall", "3"}), {}, true);
   const std::optional<int> status = p.finish_within(60);
   EXPECT_EQ(status_text(status), exited_with(7));
   if (status) {
@@ -752,7 +759,7 @@ TEST_F(ShadowPreloadTest, StraceFollowingTheProgramEndsByItselfWithTheProgramsSt
     SCOPED_TRACE(arguments[0]);
     std::vector<std::string> command{"/usr/bin/strace", "-f", "-o", trace};
     for (const std::string& argument : probe(arguments)) command.push_back(argument);
-    launched p(command);
+    launched p(command, {}, true);
     const std::optional<int> status = p.finish_within(60);
     const std::string errors = p.errors();
     if (status && WIFEXITED(*status) && WEXITSTATUS(*status) == 1 && errors.find("PTRACE") != std::string::npos) {
@@ -768,7 +775,7 @@ TEST_F(ShadowPreloadTest, StraceFollowingTheProgramEndsByItselfWithTheProgramsSt
 // it back from enable (no second helper), and ends it with disable: the README's remedy before a
 // __WALL loop reaches it.
 TEST_F(ShadowPreloadTest, ProgramsOwnCopyOfTheApiSeesAndControlsThePreloadedHelper) {
-  launched p(probe({"api"}));
+  launched p(probe({"api"}), {}, true);
   const std::string before = p.line();
   const pid_t helper = before.rfind("before 1 ", 0) == 0 ? static_cast<pid_t>(std::atol(before.c_str() + 9)) : 0;
   EXPECT_GT(helper, 0) << "the API does not see the preloaded helper: \"" << before << "\"";
@@ -792,7 +799,7 @@ TEST_F(ShadowPreloadTest, GccAddressSanitizerProgramRunsWithItsOwnStatus) {
     SCOPED_TRACE(user_preload);
     std::vector<std::string> extra;
     if (!user_preload.empty()) extra.push_back(user_preload);
-    launched p({installed_prefix::launcher().string(), asan_probe}, extra);
+    launched p({installed_prefix::launcher().string(), asan_probe}, extra, true);
     const std::optional<int> status = p.finish_within(60);
     const std::string errors = p.errors();
     if (user_preload.empty() || errors.find("cannot be preloaded") == std::string::npos) {
@@ -814,7 +821,7 @@ TEST_F(ShadowPreloadTest, JemallocPreloadedProgramKeepsItsAllocatorAndItsStatus)
   EXPECT_NE(maps.find("libteardown_shadow.so"), std::string::npos);
   EXPECT_NE(only_helper(program), 0);
   p.kill_and_wait();
-  launched q(probe({"exit", "5"}), {"LD_PRELOAD=" + jemalloc});
+  launched q(probe({"exit", "5"}), {"LD_PRELOAD=" + jemalloc}, true);
   EXPECT_EQ(status_text(q.finish_within(60)), exited_with(5));
   EXPECT_EQ(q.errors(), "");
 }
@@ -822,7 +829,7 @@ TEST_F(ShadowPreloadTest, JemallocPreloadedProgramKeepsItsAllocatorAndItsStatus)
 // Each image's helper exits at the exec; a helper that is the program's child would stay its
 // zombie, one per exec, and no wait() of the program's reaps them.
 TEST_F(ShadowPreloadTest, ReexecTwoHundredTimesLeavesNoZombieHelpers) {
-  launched p(probe({"reexec", "200"}));
+  launched p(probe({"reexec", "200"}), {}, true);
   const std::optional<int> status = p.finish_within(60);
   EXPECT_EQ(status_text(status), exited_with(0));
   EXPECT_EQ(p.line(), "zombies 0");
@@ -864,7 +871,7 @@ TEST_F(ShadowPreloadTest, ReexecTwoHundredTimesUnderPidsMaxFortyCanStillFork) {
                                    TEARDOWN_SHADOW_PROBE, "reaper"};
   for (const std::string& argument : probe({"reexec", "200"})) command.push_back(argument);
   {
-    launched p(command);
+    launched p(command, {}, true);
     const std::optional<int> status = p.finish_within(60);
     EXPECT_EQ(status_text(status), exited_with(0));
     std::string out;
@@ -879,7 +886,7 @@ TEST_F(ShadowPreloadTest, ReexecTwoHundredTimesUnderPidsMaxFortyCanStillFork) {
 // A program that clears FD_CLOEXEC on every descriptor before exec() hands the pipe's write end
 // to its new image: the old image's helper must still end at the exec, freeing the old image.
 TEST_F(ShadowPreloadTest, ExecAfterClearingCloexecEverywhereEndsTheOldImagesHelper) {
-  launched p(probe({"cloexec"}));
+  launched p(probe({"cloexec"}), {}, true);
   const pid_t program = p.expect("ready");
   const pid_t old_helper = only_helper(program);
   ASSERT_NE(old_helper, 0);
