@@ -813,7 +813,9 @@ TEST_F(ShadowPreloadTest, GccAddressSanitizerProgramRunsWithItsOwnStatus) {
 // Another preload keeps its place and the program its status; the helper is there as usual.
 TEST_F(ShadowPreloadTest, JemallocPreloadedProgramKeepsItsAllocatorAndItsStatus) {
   const std::string jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
-  if (access(jemalloc.c_str(), R_OK) != 0) GTEST_SKIP() << jemalloc << " is not installed (Debian: apt-get install libjemalloc2)";
+  if (access(jemalloc.c_str(), R_OK) != 0) {
+    GTEST_SKIP() << jemalloc << " is not installed (Debian: apt-get install libjemalloc2)";
+  }
   launched p(probe({"cloexec"}), {"LD_PRELOAD=" + jemalloc});
   const pid_t program = p.expect("ready");
   const std::string maps = read_text("/proc/" + std::to_string(program) + "/maps");
@@ -880,7 +882,8 @@ TEST_F(ShadowPreloadTest, ReexecTwoHundredTimesUnderPidsMaxFortyCanStillFork) {
     EXPECT_EQ(p.errors(), "");
   }
   // The last helper leaves the group when init has reaped it.
-  EXPECT_TRUE(eventually([&] { return rmdir(group.c_str()) == 0; }, std::chrono::seconds(10))) << "cannot remove " << group;
+  EXPECT_TRUE(eventually([&] { return rmdir(group.c_str()) == 0; }, std::chrono::seconds(10)))
+      << "cannot remove " << group;
 }
 
 // A program that clears FD_CLOEXEC on every descriptor before exec() hands the pipe's write end

@@ -150,7 +150,9 @@ std::vector<std::string> needed_libraries(const std::string& path) {
       if (entry.d_tag == DT_NULL) break;
       if (entry.d_tag != DT_NEEDED) continue;
       char name[256] = {};
-      if (pread(fd, name, sizeof name - 1, static_cast<off_t>(strings + entry.d_un.d_val)) > 0) needed.emplace_back(name);
+      if (pread(fd, name, sizeof name - 1, static_cast<off_t>(strings + entry.d_un.d_val)) > 0) {
+        needed.emplace_back(name);
+      }
     }
     break;
   }

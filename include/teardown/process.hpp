@@ -609,9 +609,9 @@ TEARDOWN_SHADOW_HELPER_CODE inline void helper_watch(helper_args* args) noexcept
 // Helper code too: the intermediate of a detached helper calls it. Never inlined, so that its
 // one indirect call (the new process's entry) stays in this function, which
 // tests/process_test.cpp's machine-code check allows it in.
-TEARDOWN_SHADOW_HELPER_CODE __attribute__((noinline)) inline long helper_clone(unsigned long flags, void* stack_top, int* pidfd, int* clear_tid,
-                                                     helper_args* args,
-                                                     void (*entry)(void*) noexcept = &helper_main) noexcept {
+TEARDOWN_SHADOW_HELPER_CODE __attribute__((noinline)) inline long helper_clone(
+    unsigned long flags, void* stack_top, int* pidfd, int* clear_tid, helper_args* args,
+    void (*entry)(void*) noexcept = &helper_main) noexcept {
   long result = SYS_clone;
   __asm__ volatile(
       "mov %[clear_tid], %%r10\n\t"  // x86-64 order: flags, stack, parent_tid (the pidfd), child_tid, tls
