@@ -7,7 +7,12 @@
 // its standard streams. The Python program allocates and touches SIZE bytes, prints
 // "ready <pid>", then obeys one command a line (fork, reap, exec, exec-opt-out, threads, join)
 // and answers with a line. The test finds the helpers through /proc: processes named
-// "teardown-shadow" (process.hpp's default name) whose parent is the program.
+// "teardown-shadow" (process.hpp's default name) that share the program's address space (kcmp;
+// the library's helpers are detached, children of init), or, ended, the program's zombies.
+//
+// The cases with tracers, __WALL waiters, sanitizers, other preloads, re-exec, a pids limit and
+// cleared FD_CLOEXEC run tests/shadow_programs/ (shadow_probe, with its own copy of
+// process.hpp, and a GCC -fsanitize=address program), each bounded at 60 s.
 //
 // Nothing asserts a time. Every wait is bounded at 60 s, a hang guard that fails the test. That
 // waitpid() returns before the memory is freed is proved by order, as in process_test: the
@@ -18,7 +23,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <linux/kcmp.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,7 +130,11 @@ bool ended(pid_t pid) {
   return state == '\0' || state == 'Z' || state == 'X';
 }
 
-// The helpers of `program`: its children named teardown-shadow, the live ones or the ended ones.
+// Whether two processes share one address space.
+bool share_memory(pid_t a, pid_t b) { return syscall(SYS_kcmp, a, b, KCMP_VM, 0, 0) == 0; }
+
+// The helpers of `program`, named teardown-shadow: the live ones (sharing its address space,
+// whoever their parent is), or the ended ones (its zombies).
 std::vector<pid_t> helpers_of(pid_t program, bool live) {
   std::vector<pid_t> found;
   std::error_code error;
@@ -132,8 +143,11 @@ std::vector<pid_t> helpers_of(pid_t program, bool live) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
     const process_stat stat = stat_of(pid);
-    if (stat.parent != program || stat.comm != kHelperName) continue;
-    if (live != (stat.state == 'Z' || stat.state == 'X' || stat.state == '\0')) found.push_back(pid);
+    if (stat.comm != kHelperName) continue;
+    const bool dead = stat.state == 'Z' || stat.state == 'X' || stat.state == '\0';
+    if (live ? !dead && (stat.parent == program || share_memory(program, pid)) : dead && stat.parent == program) {
+      found.push_back(pid);
+    }
   }
   return found;
 }
@@ -233,8 +247,13 @@ class installed_prefix : public ::testing::Environment {
 class launched {
  public:
   // Runs `arguments` with stdin, stdout and stderr on pipes, with `extra` added to (or, as
-  // "NAME", removed from) the environment.
-  explicit launched(const std::vector<std::string>& arguments, const std::vector<std::string>& extra = {}) {
+  // "NAME", removed from) the environment; with `own_group`, in a process group of its own, so
+  // that a case that hangs can end everything it started. (Not by default: a group of its own is
+  // orphaned when the program dies, and the kernel then sends SIGHUP and SIGCONT to its stopped
+  // members, which would resume a helper that a case stopped.)
+  explicit launched(const std::vector<std::string>& arguments, const std::vector<std::string>& extra = {},
+                    bool own_group = false)
+      : own_group_(own_group) {
     int in[2], out[2], err[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
       ADD_FAILURE() << "pipe2: " << std::strerror(errno);
@@ -262,7 +281,14 @@ class launched {
     posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
     posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-    const int error = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    if (own_group) {
+      posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+      posix_spawnattr_setpgroup(&attributes, 0);
+    }
+    const int error = posix_spawn(&pid_, argv[0], &actions, &attributes, argv.data(), envp.data());
+    posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     close(in[0]);
     close(out[1]);
@@ -323,6 +349,28 @@ class launched {
     return wait();
   }
 
+  // Closes its stdin and waits up to `seconds` for it to exit by itself: its status, or nothing
+  // (after killing it, and its whole process group if it has one of its own) if it did not.
+  std::optional<int> finish_within(int seconds) {
+    close(to_);
+    to_ = -1;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    for (;;) {
+      int status = 0;
+      const pid_t got = waitpid(pid_, &status, WNOHANG);
+      if (got == pid_) {
+        reaped_ = true;
+        return status;
+      }
+      if (std::chrono::steady_clock::now() > give_up) {
+        kill(own_group_ ? -pid_ : pid_, SIGKILL);
+        (void)wait();
+        return std::nullopt;
+      }
+      usleep(10'000);
+    }
+  }
+
   int kill_and_wait() {
     kill(pid_, SIGKILL);
     return wait();
@@ -346,6 +394,7 @@ class launched {
     return status;
   }
 
+  bool own_group_ = false;
   pid_t pid_ = 0;
   bool reaped_ = false;
   int to_ = -1, from_ = -1, errors_ = -1;
@@ -623,13 +672,13 @@ TEST_F(ShadowPreloadTest, UnderValgrindPythonRunsUnchangedWithOneLineOnStderr) {
 
 // ---- the launcher -----------------------------------------------------------------------------------
 
-TEST_F(ShadowPreloadTest, LauncherPutsTheLibraryFirstInLdPreloadAndKeepsWhatWasThere) {
+TEST_F(ShadowPreloadTest, LauncherPutsTheLibraryLastInLdPreloadAfterWhatWasThere) {
   launched p(python(0), {"LD_PRELOAD=libm.so.6"});
   p.expect("ready");
   p.send("environment LD_PRELOAD");
   const std::string text = p.line();
   std::error_code error;
-  EXPECT_EQ(text, "environment " + fs::canonical(installed_prefix::library(), error).string() + ":libm.so.6");
+  EXPECT_EQ(text, "environment libm.so.6:" + fs::canonical(installed_prefix::library(), error).string());
   p.kill_and_wait();
   EXPECT_EQ(p.errors(), "");
 }
@@ -666,6 +715,191 @@ TEST_F(ShadowPreloadTest, LauncherUsageErrorsExitWithStatusTwoAndAMessage) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 127);
     EXPECT_NE(missing.errors().find("/nonexistent/program"), std::string::npos);
   }
+}
+
+
+// ---- tracers, waiters, sanitizers, other preloads, re-exec, limits (tests/shadow_programs) --------
+
+std::vector<std::string> probe(const std::vector<std::string>& arguments) {
+  std::vector<std::string> command{installed_prefix::launcher().string(), TEARDOWN_SHADOW_PROBE};
+  command.insert(command.end(), arguments.begin(), arguments.end());
+  return command;
+}
+
+std::string status_text(const std::optional<int>& status) {
+  if (!status) return "still running after 60 s (killed)";
+  if (WIFEXITED(*status)) return "exit " + std::to_string(WEXITSTATUS(*status));
+  if (WIFSIGNALED(*status)) return "signal " + std::to_string(WTERMSIG(*status));
+  return "status " + std::to_string(*status);
+}
+
+std::string exited_with(int code) { return "exit " + std::to_string(code); }
+
+// A program that waits for every child with __WALL until ECHILD (a supervisor's reap loop) would
+// wait for a helper that is its child, and the helper ends only with the program.
+TEST_F(ShadowPreloadTest, WallWaiterUnderTheLauncherReapsItsChildrenAndEndsWithItsStatus) {
+  launched p(probe({"wall", "3"}), {}, true);
+  const std::optional<int> status = p.finish_within(60);
+  EXPECT_EQ(status_text(status), exited_with(7));
+  if (status) {
+    EXPECT_EQ(p.line(), "reaped 3") << "the helper is none of its children";
+  }
+  EXPECT_EQ(p.errors(), "");
+}
+
+// strace -f waits (with __WALL) for every process it follows: the program, and what the program
+// clones, until none is left.
+TEST_F(ShadowPreloadTest, StraceFollowingTheProgramEndsByItselfWithTheProgramsStatus) {
+  if (access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed (Debian: apt-get install strace)";
+  char trace[] = "/tmp/teardown-shadow-strace.XXXXXX";
+  const int fd = mkstemp(trace);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  for (const std::vector<std::string>& arguments : {std::vector<std::string>{"exit", "5"}, {"wall", "2"}}) {
+    SCOPED_TRACE(arguments[0]);
+    std::vector<std::string> command{"/usr/bin/strace", "-f", "-o", trace};
+    for (const std::string& argument : probe(arguments)) command.push_back(argument);
+    launched p(command, {}, true);
+    const std::optional<int> status = p.finish_within(60);
+    const std::string errors = p.errors();
+    if (status && WIFEXITED(*status) && WEXITSTATUS(*status) == 1 && errors.find("PTRACE") != std::string::npos) {
+      unlink(trace);
+      GTEST_SKIP() << "strace cannot trace here: " << errors;
+    }
+    EXPECT_EQ(status_text(status), exited_with(arguments[0] == "exit" ? 5 : 7)) << errors;
+  }
+  unlink(trace);
+}
+
+// The program's own copy of process.hpp sees the helper that the preload library started, gets
+// it back from enable (no second helper), and ends it with disable: the README's remedy before a
+// __WALL loop reaches it.
+TEST_F(ShadowPreloadTest, ProgramsOwnCopyOfTheApiSeesAndControlsThePreloadedHelper) {
+  launched p(probe({"api"}), {}, true);
+  const std::string before = p.line();
+  const pid_t helper = before.rfind("before 1 ", 0) == 0 ? static_cast<pid_t>(std::atol(before.c_str() + 9)) : 0;
+  EXPECT_GT(helper, 0) << "the API does not see the preloaded helper: \"" << before << "\"";
+  if (helper > 0) strays_.add(helper);
+  EXPECT_EQ(p.line(), "enable " + std::to_string(helper)) << "enable must return the one helper";
+  EXPECT_EQ(p.line(), "after 0 0");
+  if (helper > 0) {
+    EXPECT_TRUE(eventually([&] { return ended(helper); })) << "disable did not end the helper";
+  }
+  const std::optional<int> status = p.finish_within(60);
+  EXPECT_EQ(status_text(status), exited_with(0));
+  EXPECT_EQ(p.errors(), "");
+}
+
+// GCC's ASan runtime insists on coming first in the process (libasan.so, the program's first
+// DT_NEEDED, after which every LD_PRELOAD object would load).
+TEST_F(ShadowPreloadTest, GccAddressSanitizerProgramRunsWithItsOwnStatus) {
+  const std::string asan_probe = TEARDOWN_SHADOW_ASAN_PROBE;
+  if (asan_probe.empty()) GTEST_SKIP() << "no GCC -fsanitize=address probe in this build (Clang links ASan statically)";
+  for (const std::string& user_preload : {std::string(), std::string("LD_PRELOAD=libasan.so.8")}) {
+    SCOPED_TRACE(user_preload);
+    std::vector<std::string> extra;
+    if (!user_preload.empty()) extra.push_back(user_preload);
+    launched p({installed_prefix::launcher().string(), asan_probe}, extra, true);
+    const std::optional<int> status = p.finish_within(60);
+    const std::string errors = p.errors();
+    if (user_preload.empty() || errors.find("cannot be preloaded") == std::string::npos) {
+      EXPECT_EQ(status_text(status), exited_with(3)) << errors;
+      EXPECT_EQ(p.line(), "asan probe 1");
+      EXPECT_EQ(errors, "");
+    }
+  }
+}
+
+// Another preload keeps its place and the program its status; the helper is there as usual.
+TEST_F(ShadowPreloadTest, JemallocPreloadedProgramKeepsItsAllocatorAndItsStatus) {
+  const std::string jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+  if (access(jemalloc.c_str(), R_OK) != 0) {
+    GTEST_SKIP() << jemalloc << " is not installed (Debian: apt-get install libjemalloc2)";
+  }
+  launched p(probe({"cloexec"}), {"LD_PRELOAD=" + jemalloc});
+  const pid_t program = p.expect("ready");
+  const std::string maps = read_text("/proc/" + std::to_string(program) + "/maps");
+  EXPECT_NE(maps.find("libjemalloc.so.2"), std::string::npos);
+  EXPECT_NE(maps.find("libteardown_shadow.so"), std::string::npos);
+  EXPECT_NE(only_helper(program), 0);
+  p.kill_and_wait();
+  launched q(probe({"exit", "5"}), {"LD_PRELOAD=" + jemalloc}, true);
+  EXPECT_EQ(status_text(q.finish_within(60)), exited_with(5));
+  EXPECT_EQ(q.errors(), "");
+}
+
+// Each image's helper exits at the exec; a helper that is the program's child would stay its
+// zombie, one per exec, and no wait() of the program's reaps them.
+TEST_F(ShadowPreloadTest, ReexecTwoHundredTimesLeavesNoZombieHelpers) {
+  launched p(probe({"reexec", "200"}), {}, true);
+  const std::optional<int> status = p.finish_within(60);
+  EXPECT_EQ(status_text(status), exited_with(0));
+  EXPECT_EQ(p.line(), "zombies 0");
+  EXPECT_EQ(p.errors(), "");
+}
+
+// The same under a pids cgroup with pids.max=40: zombies count against it, and the program could
+// no longer fork. A cgroup of its own (v1 pids controller, else v2), created and removed here.
+TEST_F(ShadowPreloadTest, ReexecTwoHundredTimesUnderPidsMaxFortyCanStillFork) {
+  std::string root;
+  for (const std::string candidate : {"/sys/fs/cgroup/pids", "/sys/fs/cgroup"}) {
+    if (access((candidate + "/cgroup.procs").c_str(), W_OK) != 0) continue;
+    if (candidate == "/sys/fs/cgroup" &&
+        read_text(candidate + "/cgroup.subtree_control").find("pids") == std::string::npos) {
+      continue;
+    }
+    root = candidate;
+    break;
+  }
+  if (root.empty()) {
+    GTEST_SKIP() << "no writable pids cgroup (neither a v1 pids hierarchy at /sys/fs/cgroup/pids nor v2 at "
+                    "/sys/fs/cgroup with pids in cgroup.subtree_control)";
+  }
+  const std::string group = root + "/teardown-shadow-test-" + std::to_string(getpid());
+  if (mkdir(group.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create " << group << ": " << std::strerror(errno);
+  {
+    std::ofstream limit(group + "/pids.max");
+    limit << "40\n";
+  }
+  if (read_text(group + "/pids.max") != "40\n") {
+    rmdir(group.c_str());
+    GTEST_SKIP() << "cannot set " << group << "/pids.max";
+  }
+  // The helpers that exit are reaped by the nearest subreaper, else init. Under a pids limit they
+  // count until then, so the reaper must be prompt; this machine's init may reap orphans only
+  // every second or so. A prompt subreaper (shadow_probe's "reaper", as systemd, tini or
+  // docker-init are) runs the program.
+  std::vector<std::string> command{"/bin/sh", "-c", "echo $$ > '" + group + "/cgroup.procs' && exec \"$@\"", "sh",
+                                   TEARDOWN_SHADOW_PROBE, "reaper"};
+  for (const std::string& argument : probe({"reexec", "200"})) command.push_back(argument);
+  {
+    launched p(command, {}, true);
+    const std::optional<int> status = p.finish_within(60);
+    EXPECT_EQ(status_text(status), exited_with(0));
+    std::string out;
+    for (std::string text = p.line(); !text.empty(); text = p.line()) out += text + "\n";
+    EXPECT_EQ(out, "zombies 0\nfork ok\n");
+    EXPECT_EQ(p.errors(), "");
+  }
+  // The last helper leaves the group when init has reaped it.
+  EXPECT_TRUE(eventually([&] { return rmdir(group.c_str()) == 0; }, std::chrono::seconds(10)))
+      << "cannot remove " << group;
+}
+
+// A program that clears FD_CLOEXEC on every descriptor before exec() hands the pipe's write end
+// to its new image: the old image's helper must still end at the exec, freeing the old image.
+TEST_F(ShadowPreloadTest, ExecAfterClearingCloexecEverywhereEndsTheOldImagesHelper) {
+  launched p(probe({"cloexec"}), {}, true);
+  const pid_t program = p.expect("ready");
+  const pid_t old_helper = only_helper(program);
+  ASSERT_NE(old_helper, 0);
+  p.send("go");
+  EXPECT_EQ(p.expect("ready"), program);
+  EXPECT_TRUE(eventually([&] { return ended(old_helper); }, std::chrono::seconds(10)))
+      << "the old image's helper lives on beside the new image";
+  EXPECT_NE(only_helper(program), 0) << "the new image has its own";
+  EXPECT_EQ(status_text(p.finish_within(60)), exited_with(0));
+  EXPECT_EQ(p.errors(), "");
 }
 
 }  // namespace

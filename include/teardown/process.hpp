@@ -33,7 +33,10 @@
 //                            changes nothing (the options are checked, not applied). A call after
 //                            the helper died (someone killed it) reaps it and starts a new one.
 //                            Calls from several threads serialize.
-//   disable_shadow_teardown  may block briefly: kills the helper and reaps it. The program's exit
+//                            A detached helper (options.detached) costs one more clone: the
+//                            intermediate's, which enable also waits for and reaps.
+//   disable_shadow_teardown  may block briefly: kills the helper and reaps it (a detached one: waits
+//                            for its exit; init or a subreaper reaps it). The program's exit
 //                            is inline again. No-op when there is no helper. Cheap: the helper's
 //                            exit frees nothing while the program still uses the mm.
 //                            Neither it nor enable signals or reaps any process but this
@@ -42,6 +45,9 @@
 //   shadow_teardown_enabled, shadow_pid
 //                            wait-free snapshots (one getpid() system call): whether this process
 //                            has a live helper, and its pid (0 if none).
+//   All four act on the process's one helper, whichever copy of this header started it: the
+//   first call of any copy looks up the process's shared state once (dlsym; see "One helper per
+//   process").
 //
 // How the helper is made, and what it does (everything here is in enable_shadow_teardown)
 //   - Its stack: a small mapping of its own (stack_size, a PROT_NONE guard page below it, kept
@@ -61,9 +67,10 @@
 //     functions are built without sanitizers, stack protector, -finstrument-functions hooks,
 //     profiling counters, coverage callbacks or XRay (the list is at TEARDOWN_SHADOW_HELPER_CODE),
 //     and never return. The calling thread may exit afterwards.
-//   - Then, in order: names itself (PR_SET_NAME, options.name, Linux keeps 15 bytes); asks for
-//     SIGHUP when its parent dies (PR_SET_PDEATHSIG); exits at once if its parent already died
-//     (getppid() is no longer the program); moves to "/" so that it does not keep a mount busy;
+//   - Then, in order: names itself (PR_SET_NAME, options.name, Linux keeps 15 bytes); unless
+//     detached, asks for SIGHUP when its parent dies (PR_SET_PDEATHSIG) and exits at once if its
+//     parent already died (getppid() is no longer the program); moves to "/" so that it does not
+//     keep a mount busy;
 //     closes every descriptor it inherited (close_range; below RLIMIT_NOFILE one by one on
 //     kernels before 5.9) except the read end of a pipe of its own — otherwise it would hold the
 //     program's pipes and sockets open after the program died, and a reader waiting for EOF on
@@ -71,7 +78,18 @@
 //     with options.sched_idle, the SCHED_IDLE policy; opens a signalfd for SIGHUP. It reports
 //     success or the failed step through a word in the shared memory (a futex), and
 //     enable_shadow_teardown() returns.
-//   - It waits in ppoll() on the pipe and the signalfd, and exits (freeing the address space,
+//   - It first waits on the enabling thread's clear-child-tid word (the C library's, found with
+//     PR_GET_TID_ADDRESS): the kernel clears it and wakes its futex when that thread leaves the
+//     address space, which its exit, the process's exit (any way) and an exec() by any thread all
+//     do. It looks at the word once a second as well (a pthread_join of that thread that waits
+//     on the same futex may take the kernel's one wake). The helper passes the wake on and
+//     asks kcmp(KCMP_VM) whether the program still uses this address space, for up to 100 ms
+//     (an exec switches the mm a moment after the wake): if not, it exits; if so (only that
+//     thread ended), it goes on to the pipe. This is what ends it at an exec() by a program that
+//     cleared FD_CLOEXEC on the pipe's write end, which then survives into the new image. Without
+//     PR_GET_TID_ADDRESS (CONFIG_CHECKPOINT_RESTORE) or kcmp (CONFIG_KCMP, or a sandbox that
+//     refuses it) it skips this wait; the helper of a thread that ended has only the pipe left.
+//   - Then it waits in ppoll() on the pipe and the signalfd, and exits (freeing the address space,
 //     if it is the last user) when
 //       * the pipe's write end closes. The program holds it (close-on-exec, descriptor 3 or above),
 //         so it closes when the program exits, whatever killed it, and when it exec()s;
@@ -90,6 +108,29 @@
 //     __WCLONE would wait for the helper too, which only ends with the program: such a program
 //     calls disable_shadow_teardown() first, or does not enable. If such a waiter reaps a helper
 //     that someone killed, nothing breaks: the library finds it gone (see "Identity").
+//
+// Detached helpers (options.detached; libteardown_shadow.so's): the calling thread clones an
+// intermediate (CLONE_VM | CLONE_FILES, exit signal 0, on the lowest 4 KiB of the helper's stack
+// mapping), which clones the helper and exits; enable waits for the intermediate (its own
+// clear-child-tid word) and reaps it. The helper is then an orphan: the kernel hands it to the
+// nearest subreaper, or init, with exit signal SIGCHLD. So no wait of the program's, __WALL and
+// __WCLONE included, nor a tracer's (strace -f, gdb: they wait for every tracee, and the helper
+// ends with the program) waits for it, and an exec() leaves no zombie in the program: the old
+// image's helper exits and its new parent reaps it. What it changes: that reaper (a supervisor
+// that is a subreaper sees an extra child while the program runs, as it does today once the
+// program died); the reaper must reap promptly, since under a pids limit (pids.max) an exited
+// helper counts until reaped; no PR_SET_PDEATHSIG (its parent is gone at once), the pipe and the
+// watched word instead; disable waits for the exit instead of reaping. A __WALL waiter of the
+// program's thread that runs during enable may reap the intermediate first: harmless.
+//
+// One helper per process: a program built with this header and run under libteardown_shadow.so
+// holds two copies of this code (the library's, with every symbol local, and its own), a plugin
+// may hold a third, and each would keep its own state: report no helper while another's lives,
+// and start a second. So every copy uses the state of the first object in the global lookup scope
+// that exports teardown_process_shadow_state_v1 (libteardown_shadow.so does; any shared object
+// built with this header does; an executable only with -rdynamic), else its own. The program's
+// copy thus sees, returns and disables the library's helper. The name carries the layout's
+// version and the call checks its size: another version of the header keeps to its own state.
 //
 // Identity: the library names its helper by a pidfd (CLONE_PIDFD, Linux 5.2; else pidfd_open,
 // 5.3), held close-on-exec beside the pipe's write end, and signals and reaps it through that
@@ -129,6 +170,8 @@
 //     takes its helper with it (and the oom_reaper frees the memory as usual), and if the helper
 //     is chosen (it shows the same RSS), the program dies with it. The helper inherits the
 //     program's oom_score_adj.
+//   - While it watches the enabling thread (until that thread ends), the helper wakes once a
+//     second to read one word: no system call but the futex wait, no memory touched but that.
 //   - It is visible: ps lists the helper with options.name as its command (comm) and the
 //     program's command line (cmdline lives in the shared memory), and with the program's RSS.
 //     Tools that add up RSS over processes count the program twice; the memory cgroup does not.
@@ -161,9 +204,12 @@
 //   - exec(): execve replaces the mm, and the helper would hold the old one: we checked on Linux
 //     6.18 that a CLONE_VM sharer keeps the whole old image (its RSS) alive after the program
 //     exec()s, for as long as the sharer lives. Here the exec closes the pipe's write end
-//     (close-on-exec), so the helper exits and frees the old image off the exec path. It stays a
-//     zombie (no memory) of the new image, which does not know it, until that image exits. The
-//     new image starts without a helper and may enable its own.
+//     (close-on-exec), and the watched word wakes the helper even where the program cleared
+//     FD_CLOEXEC, so the helper exits and frees the old image off the exec path. Unless detached,
+//     it stays a zombie (no memory) of the new image, which does not know it, until that image
+//     exits: one per exec, for a program that re-execs itself, which under a pids limit may run
+//     out of pids; detached, its new parent reaps it. The new image starts without a helper and
+//     may enable its own.
 //   - Threads: any thread may enable; the helper does not depend on that thread (see above).
 //
 // Sanitizers and instrumentation: the helper's code is built without instrumentation and makes
@@ -255,6 +301,12 @@ struct shadow_options {
   // the price of a teardown that waits longer for spare CPU time, and so memory that stays
   // charged longer.
   bool sched_idle = false;
+  // The helper is not the program's child: a short-lived intermediate creates it and exits, so
+  // the kernel hands it at once to the nearest subreaper or to init, which reap it. The program's
+  // waits, __WALL and __WCLONE included, and a tracer's, never wait for it, and an exec() leaves no
+  // zombie behind. disable_shadow_teardown() then kills it and waits for its exit without reaping
+  // it. libteardown_shadow.so sets this (see "Detached helpers").
+  bool detached = false;
 
   static constexpr std::size_t min_stack_size = 16 * 1024;
   static constexpr std::size_t max_stack_size = 16 * 1024 * 1024;
@@ -342,8 +394,20 @@ struct helper_args {
   int read_fd = -1;
   int nice = 19;
   bool sched_idle = false;
+  bool detached = false;
   unsigned long fd_limit = 0;  // close one by one below this when close_range is missing
   char name[16] = {};
+  // The enabling thread's clear-child-tid word (PR_GET_TID_ADDRESS) and the tid it holds; null
+  // where unknown. The kernel clears it and wakes its futex when that thread leaves the address
+  // space: its exit, the process's exit, and an exec() by any thread.
+  int* watch_word = nullptr;
+  int watch_value = 0;
+  // Detached: what the intermediate needs, and what it reports (the helper's pid or -errno, and
+  // its pidfd or -1). The intermediate's own clear-child-tid word tells the owner it is done.
+  alignas(64) int detach_word = 0;
+  long detach_result = 0;
+  int detach_pidfd = -1;
+  void* helper_stack_top = nullptr;
 };
 
 // The word is a plain int because the kernel writes it (CLONE_CHILD_CLEARTID) and futexes wait on
@@ -446,14 +510,50 @@ TEARDOWN_SHADOW_HELPER_CODE inline bool helper_parent_gone(const helper_args* ar
   return helper_syscall(SYS_getppid) != args->owner;
 }
 
+inline constexpr long kcmp_vm = 1;  // KCMP_VM
+
+// 0 while the program (its pid) still uses our address space; nonzero once it exited (ESRCH, or
+// a task without an mm) or exec()ed (another mm).
+TEARDOWN_SHADOW_HELPER_CODE inline long helper_program_moved(const helper_args* args) noexcept {
+  return helper_syscall(SYS_kcmp, helper_syscall(SYS_getpid), args->owner, kcmp_vm, 0, 0);
+}
+
+// Waits until the enabling thread leaves the address space (the kernel clears its tid word and
+// wakes the futex), then decides: if the program no longer uses this address space (it exited or
+// exec()ed; exec switches the mm a moment after the wake, hence the short retries) the helper
+// exits; if only that thread ended, it returns, and the pipe alone tells from then on. The wake
+// is passed on at once: the kernel wakes one waiter, and a pthread_join() of that thread may be
+// waiting beside us. For the same reason the wait is bounded: a joiner that queued first takes
+// the kernel's one wake, and the helper, still asleep on a word that now reads 0 (or, once the C
+// library reused that thread's stack, another tid), would never learn of the program's exit. So
+// it looks at the word once a second.
+TEARDOWN_SHADOW_HELPER_CODE inline void helper_watch(helper_args* args) noexcept {
+  int* const word = args->watch_word;
+  const int value = args->watch_value;
+  const long period[2] = {1, 0};  // struct timespec: 1 s
+  while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == value) {
+    (void)helper_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAIT, value, reinterpret_cast<long>(period));
+  }
+  (void)helper_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAKE, INT_MAX);
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    if (helper_program_moved(args) != 0) helper_exit();
+    const long pause[2] = {0, 2'000'000};  // struct timespec: 2 ms
+    (void)helper_syscall(SYS_nanosleep, reinterpret_cast<long>(pause), 0);
+  }
+}
+
 [[noreturn]] TEARDOWN_SHADOW_HELPER_CODE inline void helper_main(void* raw) noexcept {
   auto* const args = static_cast<helper_args*>(raw);
   long result = helper_syscall(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>(args->name));
   if (result < 0) helper_fail(args, step_name, result);
-  result = helper_syscall(SYS_prctl, PR_SET_PDEATHSIG, parent_death_signal);
-  if (result < 0) helper_fail(args, step_parent_death, result);
-  // The death signal is only sent by deaths after the prctl: one before it shows here.
-  if (helper_parent_gone(args)) helper_exit();
+  // Detached, the parent is the intermediate, which exits at once: the program's death shows
+  // through the pipe and the watched word instead.
+  if (!args->detached) {
+    result = helper_syscall(SYS_prctl, PR_SET_PDEATHSIG, parent_death_signal);
+    if (result < 0) helper_fail(args, step_parent_death, result);
+    // The death signal is only sent by deaths after the prctl: one before it shows here.
+    if (helper_parent_gone(args)) helper_exit();
+  }
   (void)helper_syscall(SYS_chdir, reinterpret_cast<long>("/"));
 
   const int keep = args->read_fd;
@@ -480,7 +580,10 @@ TEARDOWN_SHADOW_HELPER_CODE inline bool helper_parent_gone(const helper_args* ar
                                         SFD_NONBLOCK | SFD_CLOEXEC);
   if (signal_fd < 0) helper_fail(args, step_signalfd, signal_fd);
 
+  // The watch needs kcmp (CONFIG_KCMP; a sandbox may refuse it): without it, the pipe alone.
+  const bool watch = args->watch_word != nullptr && helper_program_moved(args) == 0;
   helper_publish(args, word_ready);
+  if (watch) helper_watch(args);
   for (;;) {
     pollfd fds[2];
     fds[0].fd = keep;
@@ -494,7 +597,7 @@ TEARDOWN_SHADOW_HELPER_CODE inline bool helper_parent_gone(const helper_args* ar
     if (fds[1].revents != 0) {
       unsigned char siginfo[128];  // one signalfd_siginfo
       (void)helper_syscall(SYS_read, signal_fd, reinterpret_cast<long>(siginfo), sizeof siginfo);
-      if (helper_parent_gone(args)) helper_exit();
+      if (!args->detached && helper_parent_gone(args)) helper_exit();
     }
   }
 }
@@ -503,9 +606,13 @@ TEARDOWN_SHADOW_HELPER_CODE inline bool helper_parent_gone(const helper_args* ar
 // writes a pidfd (close-on-exec) to *pidfd. The child starts on stack_top with no frame, calls
 // helper_main(args) and never comes back here. Everything it runs before helper_main is in this
 // asm block: registers only, nothing on the owner's stack.
-inline long clone_helper(unsigned long flags, void* stack_top, int* pidfd, int* clear_tid, helper_args* args) noexcept {
+// Helper code too: the intermediate of a detached helper calls it. Never inlined, so that its
+// one indirect call (the new process's entry) stays in this function, which
+// tests/process_test.cpp's machine-code check allows it in.
+TEARDOWN_SHADOW_HELPER_CODE __attribute__((noinline)) inline long helper_clone(
+    unsigned long flags, void* stack_top, int* pidfd, int* clear_tid, helper_args* args,
+    void (*entry)(void*) noexcept = &helper_main) noexcept {
   long result = SYS_clone;
-  void (*const entry)(void*) noexcept = &helper_main;
   __asm__ volatile(
       "mov %[clear_tid], %%r10\n\t"  // x86-64 order: flags, stack, parent_tid (the pidfd), child_tid, tls
       "xor %%r8d, %%r8d\n\t"
@@ -523,6 +630,23 @@ inline long clone_helper(unsigned long flags, void* stack_top, int* pidfd, int* 
       : "D"(flags), "S"(stack_top), "d"(pidfd), [clear_tid] "r"(clear_tid), [entry] "r"(entry), [args] "r"(args)
       : "rcx", "r8", "r9", "r10", "r11", "r12", "memory", "cc");
   return result;
+}
+
+// A detached helper's intermediate: shares the program's descriptor table (CLONE_FILES), so the
+// helper's pidfd lands there; creates the helper, reports, and exits, which hands the helper to
+// the nearest subreaper or init.
+[[noreturn]] TEARDOWN_SHADOW_HELPER_CODE inline void helper_detach_main(void* raw) noexcept {
+  auto* const args = static_cast<helper_args*>(raw);
+  const unsigned long flags = CLONE_VM | CLONE_CHILD_CLEARTID;
+  int pidfd = -1;
+  long cloned = helper_clone(flags | clone_pidfd, args->helper_stack_top, &pidfd, &args->word, args);
+  if (cloned < 0) {
+    pidfd = -1;
+    cloned = helper_clone(flags, args->helper_stack_top, &pidfd, &args->word, args);
+  }
+  args->detach_pidfd = pidfd;
+  __atomic_store_n(&args->detach_result, cloned, __ATOMIC_RELEASE);
+  helper_exit();
 }
 
 // ---- the owner's side ---------------------------------------------------------------------
@@ -562,7 +686,6 @@ struct shadow_state {
   std::mutex mutex;                 // serializes enable, disable and the fork handlers
   std::atomic<pid_t> owner{0};      // getpid() of the process the helper serves; 0: none
   std::atomic<pid_t> pid{0};        // the helper; 0: none
-  std::atomic<bool> code_pinned{false};  // pin_code() succeeded once (it may run again: harmless)
   // Under mutex:
   owned_fd write_end;  // the pipe's write end
   owned_fd pidfd;      // the helper's pidfd; fd -1 where the kernel offers none (before 5.3)
@@ -575,6 +698,51 @@ struct shadow_state {
 // Never destroyed in any way that matters: every member is trivially destructible, so the state
 // outlives static destruction and a fork handler can run at any time.
 inline constinit shadow_state state{};
+
+}  // namespace detail
+}  // namespace teardown::process
+
+// One helper per process, whichever copy of this header starts it. A program built with this
+// header and run under libteardown_shadow.so holds two copies (the preload library's, with every
+// symbol local, and its own), and a plugin may hold a third: each would see only its own state,
+// report no helper while another's lives, and start a second one. So every copy uses the state of
+// the first object in the global lookup scope that exports this function (the preload library
+// does; a shared object built with this header does; an executable only with -rdynamic), and its
+// own where none does. The name carries the layout's version and the argument its size: a copy
+// built from another version of the header finds no match and keeps to its own state. Change
+// the suffix whenever shadow_state changes.
+// (`used`: emitted by every copy, called or not, so that an object that exports it has it.)
+extern "C" __attribute__((visibility("default"), used)) inline void* teardown_process_shadow_state_v1(
+    unsigned long size) noexcept {
+#if TEARDOWN_SHADOW_SUPPORTED
+  return size == sizeof(teardown::process::detail::shadow_state) ? &teardown::process::detail::state : nullptr;
+#else
+  (void)size;
+  return nullptr;
+#endif
+}
+
+namespace teardown::process {
+namespace detail {
+
+// The process's one state (above). Looked up once per copy (dlsym takes the loader's lock, which
+// a preload constructor already holds: the lock is recursive); constant-initialized, so the cache
+// needs no guard.
+inline shadow_state& shared_state() noexcept {
+  static constinit std::atomic<shadow_state*> cached{nullptr};
+  shadow_state* found = cached.load(std::memory_order_acquire);
+  if (found != nullptr) return *found;
+  found = &state;
+  // Whichever definition comes first answers, ours included: it returns its own object's state.
+  if (void* const symbol = dlsym(RTLD_DEFAULT, "teardown_process_shadow_state_v1"); symbol != nullptr) {
+    using lookup = void* (*)(unsigned long) noexcept;
+    auto* const other = static_cast<shadow_state*>(
+        reinterpret_cast<lookup>(reinterpret_cast<std::uintptr_t>(symbol))(sizeof(shadow_state)));
+    if (other != nullptr) found = other;
+  }
+  cached.store(found, std::memory_order_release);
+  return *found;
+}
 
 [[noreturn]] inline void throw_errno(int error, const std::string& what) {
   throw std::system_error(error, std::generic_category(), "teardown::process::enable_shadow_teardown: " + what);
@@ -635,11 +803,13 @@ inline void pin_object(const void* code) {
 // program, or a shared object (a plugin) that a dlclose() would unmap under the running helper,
 // which would crash on its next wake-up. Both stay loaded for the life of the process. Not under
 // the mutex: dlopen takes the loader's lock, which a plugin's constructor that enables holds.
+// Once per copy of this header: the helper runs the code of the copy that starts it.
 inline void pin_code(shadow_state& s) {
-  if (s.code_pinned.load(std::memory_order_relaxed)) return;
+  static constinit std::atomic<bool> pinned{false};
+  if (pinned.load(std::memory_order_relaxed)) return;
   pin_object(reinterpret_cast<const void*>(&helper_main));
   pin_object(&s);
-  s.code_pinned.store(true, std::memory_order_relaxed);
+  pinned.store(true, std::memory_order_relaxed);
 }
 
 // Kills this process's helper unless it has exited already, and reaps it. Never signals or reaps
@@ -665,7 +835,13 @@ inline void kill_and_reap(shadow_state& s, pid_t pid) noexcept {
       (void)kill(pid, SIGKILL);
     }
   }
-  if (by_pidfd) {
+  if (s.args.detached) {
+    // Not our child: init or a subreaper reaps it. Its exit is what counts, and the kernel
+    // clears the word then (before the reaper can see it).
+    for (int word = load_word(s.args.word); word != word_exited; word = load_word(s.args.word)) {
+      (void)syscall(SYS_futex, &s.args.word, FUTEX_WAIT, word, nullptr, nullptr, 0);
+    }
+  } else if (by_pidfd) {
     siginfo_t info{};
     while (syscall(SYS_waitid, id_pidfd, s.pidfd.fd, &info, WEXITED | __WALL, nullptr) < 0 && errno == EINTR) {
     }
@@ -701,13 +877,16 @@ inline void retire_helper(shadow_state& s) noexcept {
 
 inline void register_fork_handlers(shadow_state& s) {
   if (s.fork_handlers) return;
-  const int error = pthread_atfork([] { state.mutex.lock(); }, [] { state.mutex.unlock(); },
+  // Registered once per process (the flag is in the shared state): two copies' handlers would
+  // lock the one mutex twice.
+  const int error = pthread_atfork([] { shared_state().mutex.lock(); }, [] { shared_state().mutex.unlock(); },
                                    [] {
                                      // The child's stack copy does not exist (MADV_DONTFORK); the
                                      // helper is the parent's.
-                                     forget_helper(state, false);
-                                     store_word_relaxed(state.args.word, word_exited);
-                                     state.mutex.unlock();
+                                     shadow_state& st = shared_state();
+                                     forget_helper(st, false);
+                                     store_word_relaxed(st.args.word, word_exited);
+                                     st.mutex.unlock();
                                    });
   if (error != 0) throw_errno(error, "pthread_atfork");
   s.fork_handlers = true;
@@ -773,7 +952,21 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
   s.args.read_fd = read_fd;
   s.args.nice = options.nice;
   s.args.sched_idle = options.sched_idle;
+  s.args.detached = options.detached;
   s.args.fd_limit = fd_limit;
+  // The calling thread's clear-child-tid word (the C library's, which holds its tid): the helper
+  // watches it to see an exec() that the pipe misses, when the program cleared FD_CLOEXEC on the
+  // write end. Needs PR_GET_TID_ADDRESS (CONFIG_CHECKPOINT_RESTORE); else the pipe alone.
+  int* tid_word = nullptr;
+  s.args.watch_word = nullptr;
+  s.args.watch_value = 0;
+  if (prctl(PR_GET_TID_ADDRESS, &tid_word, 0, 0, 0) == 0 && tid_word != nullptr) {
+    const int tid = static_cast<int>(syscall(SYS_gettid));
+    if (__atomic_load_n(tid_word, __ATOMIC_ACQUIRE) == tid) {
+      s.args.watch_word = tid_word;
+      s.args.watch_value = tid;
+    }
+  }
   const std::size_t name_length = options.name.size() < 15 ? options.name.size() : 15;
   for (std::size_t i = 0; i < sizeof s.args.name; ++i) s.args.name[i] = i < name_length ? options.name[i] : '\0';
   store_word_relaxed(s.args.word, word_starting);
@@ -788,10 +981,36 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
   // ignore it. Either way the helper works the same, with the word as its identity (above).
   const unsigned long flags = CLONE_VM | CLONE_CHILD_CLEARTID;
   int pidfd = -1;
-  long cloned = clone_helper(flags | clone_pidfd, low + bytes, &pidfd, &s.args.word, &s.args);
-  if (cloned < 0) {
-    pidfd = -1;
-    cloned = clone_helper(flags, low + bytes, &pidfd, &s.args.word, &s.args);
+  long cloned = 0;
+  if (options.detached) {
+    // The intermediate runs on the lowest 4 KiB above the guard page (it needs a few hundred
+    // bytes), the helper from the top, so the two never meet.
+    s.args.helper_stack_top = low + bytes;
+    s.args.detach_result = 0;
+    s.args.detach_pidfd = -1;
+    store_word_relaxed(s.args.detach_word, 1);
+    int unused = -1;
+    const long intermediate = helper_clone(CLONE_VM | CLONE_FILES | CLONE_CHILD_CLEARTID, low + page + 4096, &unused,
+                                           &s.args.detach_word, &s.args, &helper_detach_main);
+    if (intermediate < 0) {
+      cloned = intermediate;
+    } else {
+      for (int word = load_word(s.args.detach_word); word != 0; word = load_word(s.args.detach_word)) {
+        (void)syscall(SYS_futex, &s.args.detach_word, FUTEX_WAIT, word, nullptr, nullptr, 0);
+      }
+      // Reap it (it has exit signal 0: nobody is told); ECHILD if a __WALL waiter did.
+      int status = 0;
+      while (waitpid(static_cast<pid_t>(intermediate), &status, static_cast<int>(__WCLONE)) < 0 && errno == EINTR) {
+      }
+      cloned = __atomic_load_n(&s.args.detach_result, __ATOMIC_ACQUIRE);
+      pidfd = cloned >= 0 ? s.args.detach_pidfd : -1;
+    }
+  } else {
+    cloned = helper_clone(flags | clone_pidfd, low + bytes, &pidfd, &s.args.word, &s.args);
+    if (cloned < 0) {
+      pidfd = -1;
+      cloned = helper_clone(flags, low + bytes, &pidfd, &s.args.word, &s.args);
+    }
   }
   (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &previous, nullptr, sizeof previous);
   close(read_fd);  // the helper has its own copy
@@ -850,7 +1069,7 @@ inline pid_t enable_shadow_teardown(const shadow_options& options) {
   if (detail::under_valgrind()) {
     detail::throw_errno(ENOTSUP, "valgrind cannot run the helper (a clone(CLONE_VM) process that is not a thread)");
   }
-  detail::shadow_state& s = detail::state;
+  detail::shadow_state& s = detail::shared_state();
   detail::pin_code(s);
   const std::lock_guard lock(s.mutex);
   detail::register_fork_handlers(s);
@@ -869,7 +1088,7 @@ inline pid_t enable_shadow_teardown(const shadow_options& options) {
 
 inline void disable_shadow_teardown() noexcept {
 #if TEARDOWN_SHADOW_SUPPORTED
-  detail::shadow_state& s = detail::state;
+  detail::shadow_state& s = detail::shared_state();
   const std::lock_guard lock(s.mutex);
   detail::retire_helper(s);
 #endif
@@ -879,7 +1098,7 @@ inline bool shadow_teardown_enabled() noexcept { return shadow_pid() != 0; }
 
 inline pid_t shadow_pid() noexcept {
 #if TEARDOWN_SHADOW_SUPPORTED
-  detail::shadow_state& s = detail::state;
+  detail::shadow_state& s = detail::shared_state();
   if (s.owner.load(std::memory_order_acquire) != getpid()) return 0;
   const pid_t pid = s.pid.load(std::memory_order_acquire);
   return pid != 0 && detail::load_word(s.args.word) == detail::word_ready ? pid : 0;
