@@ -535,7 +535,10 @@ class reaper final : private detail::fork_participant {
   /// frozen worker holds none (a freeze hands the rest of its batch back), so while frozen every
   /// item not yet started is offered.
   /// Blocking: runs the teardowns, and takes the control mutex briefly. A flush() waits for
-  /// every reap_on_caller in progress, so an item that went back is still covered by it.
+  /// every reap_on_caller in progress, and a put-back voids the worker's pass that may have
+  /// missed it (see "The barrier"), so an item that went back is still covered. After stop(),
+  /// declined items find no worker and are torn down here before the call returns; stop() and
+  /// flush() wait for that.
   /// Refused (std::logic_error) on the worker. If take throws, everything not yet torn down
   /// goes back and the exception propagates.
   template <class Take>
@@ -1366,8 +1369,8 @@ class reaper final : private detail::fork_participant {
   bool worker_joining_ = false;  // a stopper is joining the worker
   bool fork_parking_ = false;  // between fork_prepare and fork_parent/child
   std::uint64_t freeze_depth_ = 0;
-  int nice_ = opts_.nice;  // set_nice's; applied by the worker at its start
-  pid_t worker_tid_ = 0;   // the worker's thread id while it runs; 0 before and after
+  int nice_ = opts_.nice;  // set_nice's; applied by the worker at its start (nice_mutex_)
+  pid_t worker_tid_ = 0;   // the worker's thread id while it runs; 0 before and after (nice_mutex_)
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
   std::uint64_t caller_reaps_ = 0;  // reap_on_caller calls in progress
