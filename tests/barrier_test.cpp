@@ -77,16 +77,18 @@ void wait_until_returned_or_asleep(const std::atomic<bool>& done, const std::ato
 
 // ---- a queue whose worker-side takes can be paused ---------------------------------------------
 
-// Called on the worker's del_all when set: before the take (false) and after it (true).
-std::function<void(bool after)> worker_take_hook;
+// Called on the worker's del_all when set: before the take (false) and after it (true). Each
+// take reads the pointer once; a test clears it and then stops its reaper (joining the worker)
+// before anything the hook uses goes out of scope.
+std::atomic<const std::function<void(bool after)>*> worker_take_hook{nullptr};
 std::atomic<pid_t> worker_tid{0};
 
 struct gated_queue : llist<job, &job::hook> {
   llist_batch<job, &job::hook> del_all() noexcept {
-    const bool gated = current_tid() == worker_tid.load() && worker_take_hook;
-    if (gated) worker_take_hook(false);
+    const auto* hook = current_tid() == worker_tid.load() ? worker_take_hook.load() : nullptr;
+    if (hook != nullptr) (*hook)(false);
     llist_batch<job, &job::hook> taken = llist<job, &job::hook>::del_all();
-    if (gated) worker_take_hook(true);
+    if (hook != nullptr) (*hook)(true);
     return taken;
   }
 };
@@ -119,7 +121,7 @@ job_fn scripted_fn(std::atomic<pid_t>& probe_tid, std::function<void(job&)> befo
 class BarrierTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    worker_take_hook = nullptr;
+    worker_take_hook.store(nullptr);
     worker_tid.store(0);
   }
   hang_guard guard_{current_test_name()};
@@ -153,7 +155,7 @@ TEST_F(BarrierTest, FlushWaitsForAnItemReapOnCallerPutBackDuringThePass) {
   pause_point pass_took;
   pause_point next_take;
   std::atomic<int> takes{0};
-  worker_take_hook = [&](bool after) {
+  const std::function<void(bool)> take_hook = [&](bool after) {
     const int n = takes.load();
     if (n == 0 && after) {
       takes.store(1);
@@ -163,6 +165,7 @@ TEST_F(BarrierTest, FlushWaitsForAnItemReapOnCallerPutBackDuringThePass) {
       next_take.arrive_and_wait();
     }
   };
+  worker_take_hook.store(&take_hook);
 
   std::atomic<bool> flushed{false};
   std::atomic<pid_t> flusher_tid{0};
@@ -183,6 +186,7 @@ TEST_F(BarrierTest, FlushWaitsForAnItemReapOnCallerPutBackDuringThePass) {
   next_take.release();
   flusher.join();
   EXPECT_EQ(runs_at_return.load(), 1) << "flush() returned before X, put back by reap_on_caller, was torn down";
+  worker_take_hook.store(nullptr);
   reaper.stop();
   EXPECT_EQ(x.runs.load(), 1);
 }
@@ -247,9 +251,10 @@ TEST_F(BarrierTest, StopAndFlushWaitForAnInlineDrainThatTookAnEarlierItem) {
   // The worker's final drain: paused before its take, so that the producer's drain takes W, Z.
   pause_point final_take;
   std::atomic<bool> paused_once{false};
-  worker_take_hook = [&](bool after) {
+  const std::function<void(bool)> take_hook = [&](bool after) {
     if (!after && !paused_once.exchange(true)) final_take.arrive_and_wait();
   };
+  worker_take_hook.store(&take_hook);
   std::atomic<bool> stopped{false};
   std::atomic<pid_t> stopper_tid{0};
   std::atomic<int> z_runs_at_stop{-1};
@@ -330,10 +335,10 @@ struct two_shard_queue : teardown::sharded_llist<job, &job::hook, flag_pausing_a
  private:
   template <class Take>
   static llist_batch<job, &job::hook> gated(Take take) {
-    const bool gate = current_tid() == worker_tid.load() && worker_take_hook;
-    if (gate) worker_take_hook(false);
+    const auto* hook = current_tid() == worker_tid.load() ? worker_take_hook.load() : nullptr;
+    if (hook != nullptr) (*hook)(false);
     llist_batch<job, &job::hook> taken = take();
-    if (gate) worker_take_hook(true);
+    if (hook != nullptr) (*hook)(true);
     return taken;
   }
 };
@@ -370,9 +375,10 @@ TEST_F(BarrierTest, FlushOverAShardedQueueTakesAShardWhoseFlagIsNotSetYet) {
   // returned or waits for more.
   pause_point second_take;
   std::atomic<int> takes{0};
-  worker_take_hook = [&](bool after) {
+  const std::function<void(bool)> take_hook = [&](bool after) {
     if (!after && takes.fetch_add(1) == 1) second_take.arrive_and_wait();
   };
+  worker_take_hook.store(&take_hook);
   std::atomic<bool> flushed{false};
   std::atomic<pid_t> flusher_tid{0};
   std::atomic<int> runs_at_return{-1};
@@ -391,7 +397,7 @@ TEST_F(BarrierTest, FlushOverAShardedQueueTakesAShardWhoseFlagIsNotSetYet) {
   adder_y.join();
   flusher.join();
   EXPECT_EQ(runs_at_return.load(), 1) << "flush() returned with X still on an unflagged shard";
-  worker_take_hook = nullptr;
+  worker_take_hook.store(nullptr);
   reaper.stop();
   EXPECT_EQ(x.runs.load(), 1);
   EXPECT_EQ(y.runs.load(), 1);
@@ -420,9 +426,10 @@ TEST_F(BarrierTest, StallWatchdogSeesAnAddThatLandsRightAfterTheWorkersTake) {
   c.id = 3;
   pause_point after_take;
   std::atomic<bool> paused_once{false};
-  worker_take_hook = [&](bool after) {
+  const std::function<void(bool)> take_hook = [&](bool after) {
     if (after && !paused_once.exchange(true)) after_take.arrive_and_wait();
   };
+  worker_take_hook.store(&take_hook);
   reaper.enqueue(b);
   after_take.wait_for_arrival();  // the worker took B
   reaper.enqueue(a);              // the first add to the emptied queue
@@ -435,6 +442,8 @@ TEST_F(BarrierTest, StallWatchdogSeesAnAddThatLandsRightAfterTheWorkersTake) {
   reaper.flush();
   EXPECT_FALSE(reaper.stalled());
   EXPECT_EQ(a.runs.load() + b.runs.load() + c.runs.load(), 3);
+  worker_take_hook.store(nullptr);
+  reaper.stop();
 }
 
 // ---- fork while fn calls nice() ----------------------------------------------------------------
