@@ -75,6 +75,35 @@ void wait_until_returned_or_asleep(const std::atomic<bool>& done, const std::ato
   }
 }
 
+// A call that may block (flush, stop) on a thread of its own. `call` returns what the test
+// reads right after the call returned.
+class blocking_call {
+ public:
+  explicit blocking_call(std::function<int()> call)
+      : thread_([this, call = std::move(call)] {
+          tid_.store(current_tid());
+          seen_at_return_.store(call());
+          returned_.store(true);
+        }) {}
+  blocking_call(const blocking_call&) = delete;
+  blocking_call& operator=(const blocking_call&) = delete;
+  ~blocking_call() {
+    if (thread_.joinable()) thread_.join();
+  }
+  void wait_until_returned_or_asleep() const { ::wait_until_returned_or_asleep(returned_, tid_); }
+  // Joins; what `call` read at its return.
+  int join() {
+    thread_.join();
+    return seen_at_return_.load();
+  }
+
+ private:
+  std::atomic<pid_t> tid_{0};
+  std::atomic<bool> returned_{false};
+  std::atomic<int> seen_at_return_{-1};
+  std::thread thread_;  // last: starts once the rest exists
+};
+
 // ---- a queue whose worker-side takes can be paused ---------------------------------------------
 
 // Called on the worker's del_all when set: before the take (false) and after it (true). Each
@@ -167,14 +196,9 @@ TEST_F(BarrierTest, FlushWaitsForAnItemReapOnCallerPutBackDuringThePass) {
   };
   worker_take_hook.store(&take_hook);
 
-  std::atomic<bool> flushed{false};
-  std::atomic<pid_t> flusher_tid{0};
-  std::atomic<int> runs_at_return{-1};
-  std::thread flusher([&] {
-    flusher_tid.store(current_tid());
+  blocking_call flusher([&] {
     reaper.flush();
-    runs_at_return.store(x.runs.load());
-    flushed.store(true);
+    return x.runs.load();
   });
   pass_took.wait_for_arrival();
   caller_holds.release();  // X goes back, after the pass's take and before it completes
@@ -182,10 +206,9 @@ TEST_F(BarrierTest, FlushWaitsForAnItemReapOnCallerPutBackDuringThePass) {
   pass_took.release();
   // Before the worker takes again: the flush has either returned (early) or waits for it.
   next_take.wait_for_arrival();
-  wait_until_returned_or_asleep(flushed, flusher_tid);
+  flusher.wait_until_returned_or_asleep();
   next_take.release();
-  flusher.join();
-  EXPECT_EQ(runs_at_return.load(), 1) << "flush() returned before X, put back by reap_on_caller, was torn down";
+  EXPECT_EQ(flusher.join(), 1) << "flush() returned before X, put back by reap_on_caller, was torn down";
   worker_take_hook.store(nullptr);
   reaper.stop();
   EXPECT_EQ(x.runs.load(), 1);
@@ -211,22 +234,17 @@ TEST_F(BarrierTest, StopWaitsForAnItemInAReapOnCallersHands) {
   (void)reaper.stop_for(0ns);  // asks the worker to end; it may or may not have ended yet
   EXPECT_TRUE(teardown_test::eventually([&] { return !reaper.stats().running; }));
 
-  std::atomic<bool> stopped{false};
-  std::atomic<pid_t> stopper_tid{0};
-  std::atomic<int> runs_at_return{-1};
   std::atomic<bool> result{false};
-  std::thread stopper([&] {
-    stopper_tid.store(current_tid());
+  blocking_call stopper([&] {
     result.store(reaper.stop_for(1h));
-    runs_at_return.store(x.runs.load());
-    stopped.store(true);
+    return x.runs.load();
   });
-  wait_until_returned_or_asleep(stopped, stopper_tid);
+  stopper.wait_until_returned_or_asleep();
   caller_holds.release();
   caller.join();
-  stopper.join();
+  const int runs_at_return = stopper.join();
   EXPECT_TRUE(result.load());
-  EXPECT_EQ(runs_at_return.load(), 1) << "stop_for returned true while a reap_on_caller still held X";
+  EXPECT_EQ(runs_at_return, 1) << "stop_for returned true while a reap_on_caller still held X";
   EXPECT_EQ(x.runs.load(), 1);
 }
 
@@ -255,14 +273,9 @@ TEST_F(BarrierTest, StopAndFlushWaitForAnInlineDrainThatTookAnEarlierItem) {
     if (!after && !paused_once.exchange(true)) final_take.arrive_and_wait();
   };
   worker_take_hook.store(&take_hook);
-  std::atomic<bool> stopped{false};
-  std::atomic<pid_t> stopper_tid{0};
-  std::atomic<int> z_runs_at_stop{-1};
-  std::thread stopper([&] {
-    stopper_tid.store(current_tid());
+  blocking_call stopper([&] {
     reaper.stop();  // overrides the freeze
-    z_runs_at_stop.store(z.runs.load());
-    stopped.store(true);
+    return z.runs.load();
   });
   final_take.wait_for_arrival();
   EXPECT_FALSE(reaper.stats().running);  // STOPPED is published before the final drain
@@ -273,23 +286,16 @@ TEST_F(BarrierTest, StopAndFlushWaitForAnInlineDrainThatTookAnEarlierItem) {
   w_blocks.wait_for_arrival();
   final_take.release();  // the worker's final drain finds nothing and the worker ends
 
-  wait_until_returned_or_asleep(stopped, stopper_tid);
-  std::atomic<bool> flushed{false};
-  std::atomic<pid_t> flusher_tid{0};
-  std::atomic<int> z_runs_at_flush{-1};
-  std::thread flusher([&] {
-    flusher_tid.store(current_tid());
+  stopper.wait_until_returned_or_asleep();
+  blocking_call flusher([&] {
     reaper.flush();
-    z_runs_at_flush.store(z.runs.load());
-    flushed.store(true);
+    return z.runs.load();
   });
-  wait_until_returned_or_asleep(flushed, flusher_tid);
+  flusher.wait_until_returned_or_asleep();
   w_blocks.release();
   producer.join();
-  stopper.join();
-  flusher.join();
-  EXPECT_EQ(z_runs_at_stop.load(), 1) << "stop() returned while an inline drain still held Z";
-  EXPECT_EQ(z_runs_at_flush.load(), 1) << "flush() after stop returned while an inline drain still held Z";
+  EXPECT_EQ(stopper.join(), 1) << "stop() returned while an inline drain still held Z";
+  EXPECT_EQ(flusher.join(), 1) << "flush() after stop returned while an inline drain still held Z";
   EXPECT_EQ(w.runs.load(), 1);
   EXPECT_EQ(z.runs.load(), 1);
   EXPECT_EQ(a.runs.load(), 1);
@@ -379,24 +385,18 @@ TEST_F(BarrierTest, FlushOverAShardedQueueTakesAShardWhoseFlagIsNotSetYet) {
     if (!after && takes.fetch_add(1) == 1) second_take.arrive_and_wait();
   };
   worker_take_hook.store(&take_hook);
-  std::atomic<bool> flushed{false};
-  std::atomic<pid_t> flusher_tid{0};
-  std::atomic<int> runs_at_return{-1};
-  std::thread flusher([&] {
-    flusher_tid.store(current_tid());
+  blocking_call flusher([&] {
     reaper.flush();
-    runs_at_return.store(x.runs.load());
-    flushed.store(true);
+    return x.runs.load();
   });
-  wait_until_returned_or_asleep(flushed, flusher_tid);  // its ticket is asked for
+  flusher.wait_until_returned_or_asleep();  // its ticket is asked for
   reaper.thaw();
   second_take.wait_for_arrival();
-  wait_until_returned_or_asleep(flushed, flusher_tid);
+  flusher.wait_until_returned_or_asleep();
   second_take.release();
   y_before_flag.release();
   adder_y.join();
-  flusher.join();
-  EXPECT_EQ(runs_at_return.load(), 1) << "flush() returned with X still on an unflagged shard";
+  EXPECT_EQ(flusher.join(), 1) << "flush() returned with X still on an unflagged shard";
   worker_take_hook.store(nullptr);
   reaper.stop();
   EXPECT_EQ(x.runs.load(), 1);
