@@ -388,8 +388,10 @@ int run_child_main(F& child_main) {
     } else {
       return static_cast<int>(child_main());
     }
-  } catch (abi::__forced_unwind&) {
+#if defined(__GLIBCXX__)
+  } catch (abi::__forced_unwind&) {  // libstdc++ only: libc++abi never enters a handler for it
     throw;
+#endif
   } catch (const std::exception& error) {
     std::fprintf(stderr, "teardown::process::pidfd_process::spawn: the child threw: %s\n", error.what());
   } catch (...) {
