@@ -319,7 +319,6 @@ struct flag_pausing_atomics {
       return std::atomic<W>::compare_exchange_weak(expected, desired, success, failure);
     }
   };
-  static constexpr const char* name = "flag-pausing";
 };
 
 // Each thread adds to the shard the test gives it.
