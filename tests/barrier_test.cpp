@@ -104,6 +104,37 @@ class blocking_call {
   std::thread thread_;  // last: starts once the rest exists
 };
 
+// A reap_on_caller on a thread of its own that holds `item` (enqueued here, while the worker is
+// frozen, so that the worker leaves it to the caller) until release(), then declines it: back
+// on the queue, or torn down inline if the reaper has stopped meanwhile.
+template <class Reaper>
+class caller_holding {
+ public:
+  caller_holding(Reaper& reaper, job& item) {
+    reaper.freeze();
+    reaper.enqueue(item);
+    thread_ = std::thread([this, &reaper] {
+      (void)reaper.reap_on_caller([this](job&) {
+        holds_.arrive_and_wait();
+        return false;
+      });
+    });
+    holds_.wait_for_arrival();
+  }
+  caller_holding(const caller_holding&) = delete;
+  caller_holding& operator=(const caller_holding&) = delete;
+  ~caller_holding() { release_and_join(); }
+  void release_and_join() {
+    if (!thread_.joinable()) return;
+    holds_.release();
+    thread_.join();
+  }
+
+ private:
+  pause_point holds_;
+  std::thread thread_;
+};
+
 // ---- a queue whose worker-side takes can be paused ---------------------------------------------
 
 // Called on the worker's del_all when set: before the take (false) and after it (true). Each
@@ -166,18 +197,11 @@ TEST_F(BarrierTest, FlushWaitsForAnItemReapOnCallerPutBackDuringThePass) {
 
   job x;
   x.id = 1;
-  reaper.freeze();  // so that the worker leaves X to the caller
-  reaper.enqueue(x);
-
-  pause_point caller_holds;
-  std::thread caller([&] {
-    (void)reaper.reap_on_caller([&](job&) {
-      caller_holds.arrive_and_wait();
-      return false;  // declined: back on the queue
-    });
-  });
-  caller_holds.wait_for_arrival();
+  caller_holding caller(reaper, x);
   reaper.thaw();
+  // The worker's take after the thaw finds nothing and it goes to sleep: the next take is the
+  // flush's pass.
+  wait_until_asleep(worker_tid.load());
 
   // The worker's first take after this: paused after it took (nothing: the caller holds X).
   // Its second take: paused before it takes, until the flush has returned or is blocked.
@@ -201,8 +225,7 @@ TEST_F(BarrierTest, FlushWaitsForAnItemReapOnCallerPutBackDuringThePass) {
     return x.runs.load();
   });
   pass_took.wait_for_arrival();
-  caller_holds.release();  // X goes back, after the pass's take and before it completes
-  caller.join();
+  caller.release_and_join();  // X goes back, after the pass's take and before it completes
   pass_took.release();
   // Before the worker takes again: the flush has either returned (early) or waits for it.
   next_take.wait_for_arrival();
@@ -220,17 +243,7 @@ TEST_F(BarrierTest, StopWaitsForAnItemInAReapOnCallersHands) {
   job_reaper reaper(counting());
   job x;
   x.id = 1;
-  reaper.freeze();  // so that the worker leaves X to the caller
-  reaper.enqueue(x);
-
-  pause_point caller_holds;
-  std::thread caller([&] {
-    (void)reaper.reap_on_caller([&](job&) {
-      caller_holds.arrive_and_wait();
-      return false;
-    });
-  });
-  caller_holds.wait_for_arrival();
+  caller_holding caller(reaper, x);
   (void)reaper.stop_for(0ns);  // asks the worker to end; it may or may not have ended yet
   EXPECT_TRUE(teardown_test::eventually([&] { return !reaper.stats().running; }));
 
@@ -240,8 +253,7 @@ TEST_F(BarrierTest, StopWaitsForAnItemInAReapOnCallersHands) {
     return x.runs.load();
   });
   stopper.wait_until_returned_or_asleep();
-  caller_holds.release();
-  caller.join();
+  caller.release_and_join();
   const int runs_at_return = stopper.join();
   EXPECT_TRUE(result.load());
   EXPECT_EQ(runs_at_return, 1) << "stop_for returned true while a reap_on_caller still held X";
