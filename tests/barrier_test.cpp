@@ -30,6 +30,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace teardown_test::reaper_support;
+using teardown_test::child_checks;
+using teardown_test::child_ok;
+using teardown_test::run_child;
 using teardown::llist;
 using teardown::llist_batch;
 
@@ -359,6 +362,51 @@ struct two_shard_queue : teardown::sharded_llist<job, &job::hook, flag_pausing_a
     return taken;
   }
 };
+
+// In the parent, at fork time: shard 1's flag is set though the shard is empty (its adder Z
+// flagged it after a reap_on_caller had already taken z), and Y's adder pushed onto shard 0
+// and is preempted before its flag; that adder does not exist in the child, so nobody will
+// flag shard 0 there. A take that trusts the flags takes shard 1, finds nothing and ends the
+// drain. The child's flush must take Y anyway (its first drain sweeps every shard).
+TEST_F(BarrierTest, ForkChildFlushTakesAShardWhoseProducerStoppedBeforeItsFlag) {
+  teardown::reaper<job, &job::hook, job_fn, two_shard_queue> reaper([](job& j) { j.runs.fetch_add(1); });
+  job y, z;
+  reaper.freeze();  // the worker takes nothing
+
+  pause_point z_before_flag;
+  std::function<void()> pause_z = [&] { z_before_flag.arrive_and_wait(); };
+  std::thread adder_z([&] {
+    my_shard = 1;
+    pause_before_flag = &pause_z;
+    reaper.enqueue(z);
+  });
+  z_before_flag.wait_for_arrival();
+  EXPECT_EQ(reaper.reap_on_caller([](job&) { return true; }), 1u) << "z taken before its flag";
+  z_before_flag.release();
+  adder_z.join();  // shard 1 is flagged and empty
+
+  pause_point y_before_flag;
+  std::function<void()> pause_y = [&] { y_before_flag.arrive_and_wait(); };
+  std::thread adder_y([&] {
+    my_shard = 0;
+    pause_before_flag = &pause_y;
+    reaper.enqueue(y);
+  });
+  y_before_flag.wait_for_arrival();
+  const int code = run_child([&] {
+    child_checks check;
+    reaper.flush();
+    check.expect(y.runs.load() == 1, "the child's flush took Y from its unflagged shard");
+    return check.exit_code();
+  });
+  EXPECT_EQ(code, child_ok);
+  y_before_flag.release();
+  adder_y.join();
+  reaper.thaw();
+  reaper.flush();
+  EXPECT_EQ(y.runs.load(), 1) << "in the parent";
+  EXPECT_EQ(z.runs.load(), 1);
+}
 
 // Y adds to shard 0 and is preempted before its flag; X adds behind it (not the first add, so
 // it flags nothing) and flushes while shard 1 is flagged. The flush's pass must take shard 0.

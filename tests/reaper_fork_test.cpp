@@ -1,9 +1,12 @@
 // Specification of teardown::reaper across fork(): the child, whose worker does not exist,
 // turns the reaper into its stopped form. Every item it enqueues is torn down exactly once
-// (inline, on the child's thread), so is everything queued or held by the parked worker at fork
-// time, and nothing deadlocks: not enqueue, flush, stop, freeze/thaw, nor the destructor. The
-// parent's reaper keeps working. ReaperForkStressTest forks while another thread keeps
-// enqueueing.
+// (inline, on the child's thread), so is everything queued at fork time, and nothing
+// deadlocks: not enqueue, flush, stop, freeze/thaw, nor the destructor. The parent's reaper
+// keeps working. With fork_policy::never_wait (the default) fork() waits for nothing of the
+// worker's, and the child leaves what the worker had taken to the parent, unread; with
+// fork_policy::wait_for_item fork() parks the worker between items and the child tears down
+// the rest of its batch too. ReaperForkStressTest forks while another thread keeps
+// enqueueing, or while the worker drains a backlog, under both policies.
 //
 // A child reports through its exit code (0: as specified; otherwise it prints what failed to
 // stderr first) and leaves with _exit, so that nothing of the parent (gtest, other threads'
@@ -47,6 +50,13 @@ namespace teardown_test {
 namespace {
 
 using namespace reaper_support;
+using teardown::fork_policy;
+
+// The options of a reaper whose fork() parks the worker (fork_policy::wait_for_item).
+teardown::reaper_options parking(teardown::reaper_options opts = {}) {
+  opts.on_fork = fork_policy::wait_for_item;
+  return opts;
+}
 
 class ReaperForkTest : public ::testing::Test {
  private:
@@ -111,8 +121,11 @@ class guarded_jobs {
   job* jobs_ = nullptr;
 };
 
-// The jobs to make inaccessible across the next fork (nullptr: none).
+// The jobs to make inaccessible across the next fork (nullptr: none): in the parent, while
+// the fork handlers run (only with parked workers: a running one would fault), or only in the
+// child, while teardown's child handler runs.
 std::atomic<const guarded_jobs*> guarded_across_fork{nullptr};
+std::atomic<const guarded_jobs*> guarded_in_child{nullptr};
 
 // pthread_atfork runs prepare handlers in reverse order of registration and the parent's and
 // child's in order of registration. These are registered during static initialization, before
@@ -125,19 +138,23 @@ void guard_prepare() {
 void guard_parent() {
   if (const guarded_jobs* jobs = guarded_across_fork.load()) jobs->protect(PROT_READ | PROT_WRITE);
 }
-[[maybe_unused]] const int guard_registered = pthread_atfork(&guard_prepare, &guard_parent, nullptr);
+void guard_child() {
+  if (const guarded_jobs* jobs = guarded_in_child.load()) jobs->protect(PROT_NONE);
+}
+[[maybe_unused]] const int guard_registered = pthread_atfork(&guard_prepare, &guard_parent, &guard_child);
 
 // Registered after teardown's (call it once a reaper exists): in the child, lifts the guard
 // after teardown's handler.
 void register_child_unguard() {
   static const int registered = pthread_atfork(nullptr, nullptr, [] {
     if (const guarded_jobs* jobs = guarded_across_fork.load()) jobs->protect(PROT_READ | PROT_WRITE);
+    if (const guarded_jobs* jobs = guarded_in_child.load()) jobs->protect(PROT_READ | PROT_WRITE);
   });
   (void)registered;
 }
 
-// fork() while a worker is in the middle of a batch of guarded jobs: teardown's fork handlers
-// run while the jobs are inaccessible, so one that reads a job kills the child (SIGSEGV). The
+// fork_policy::wait_for_item: fork() while a worker is in the middle of a batch of guarded
+// jobs: teardown's fork handlers run while the jobs are inaccessible, so one that reads a job kills the child (SIGSEGV). The
 // child then tears the rest of the batch down, each job exactly once, and so does the parent.
 // `enqueue_batch` queues the jobs so that one worker takes them whole; the one it makes the
 // oldest (the blocker, not guarded) blocks until the fork waits for the worker. Child exit code
@@ -197,7 +214,7 @@ TEST_F(ReaperForkTest, ForkHandlersReadNoItemTheParkedWorkerHolds) {
   job blocker;
   std::latch release(1);
   std::atomic<bool> started{false};
-  job_reaper reaper(blocker_then_slow(blocker, release, started));
+  job_reaper reaper(blocker_then_slow(blocker, release, started), parking());
   fork_reads_no_item_held_or_queued(reaper, jobs, blocker, release, started, [&] {
     reaper.freeze();
     reaper.enqueue(blocker);
@@ -215,6 +232,7 @@ TEST_F(ReaperForkTest, ForkHandlersReadNoItemAPoolsParkedWorkersHoldOrQueue) {
   opts.workers = 2;
   opts.steal_after = std::chrono::hours(1);  // no steal from a held batch: the fork finds it held
   opts.worker.name = "fork_pool";
+  opts.worker.on_fork = fork_policy::wait_for_item;
   teardown::reaper_pool<job, &job::hook, job_fn> pool(blocker_then_slow(blocker, release, started), opts);
   fork_reads_no_item_held_or_queued(pool, jobs, blocker, release, started, [&] {
     pool.freeze();
@@ -369,14 +387,14 @@ TEST_F(ReaperForkTest, ChildMayFreezeAndThaw) {
   expect_parent_reaper_works(reaper);
 }
 
-// fork() from a thread while the worker is in the middle of an item of a batch: the prepare
-// handler waits for the item to finish, the worker parks holding the rest of the batch, and the
+// fork_policy::wait_for_item: fork() from a thread while the worker is in the middle of an item
+// of a batch: the prepare handler waits for the item to finish, the worker parks holding the rest of the batch, and the
 // child tears that rest down. The child exits with 0 when it saw the worker parked mid-batch.
 TEST_F(ReaperForkTest, ForkWaitsForTheItemInFlightAndTheChildTearsDownTheRestOfTheBatch) {
   auto batch = make_jobs(20);
   std::latch release(1);
   std::atomic<bool> started{false};
-  job_reaper reaper(first_item_blocks(release, started));
+  job_reaper reaper(first_item_blocks(release, started), parking());
   enqueue_as_one_batch(reaper, batch);  // one batch of 20; item 0 blocks
   wait_until(started);
 
@@ -406,8 +424,8 @@ TEST_F(ReaperForkTest, ForkWaitsForTheItemInFlightAndTheChildTearsDownTheRestOfT
   expect_parent_reaper_works(reaper);
 }
 
-// fn enqueues from the worker (its first enqueue on that thread takes sharded_counter's shard
-// registry mutex) while a fork() waits for that very item: the fork handlers must not hold that
+// fork_policy::wait_for_item: fn enqueues from the worker (its first enqueue on that thread
+// takes sharded_counter's shard registry mutex) while a fork() waits for that very item: the fork handlers must not hold that
 // mutex while they wait for the worker.
 TEST_F(ReaperForkTest, ForkWaitingForAnItemWhoseFnEnqueuesDoesNotDeadlock) {
   auto jobs = make_jobs(2);
@@ -421,7 +439,7 @@ TEST_F(ReaperForkTest, ForkWaitingForAnItemWhoseFnEnqueuesDoesNotDeadlock) {
       self->enqueue(jobs[1]);
     }
     j.runs.fetch_add(1, std::memory_order_relaxed);
-  });
+  }, parking());
   self = &reaper;
   reaper.enqueue(jobs[0]);
   wait_until(started);
@@ -444,6 +462,113 @@ TEST_F(ReaperForkTest, ForkWaitingForAnItemWhoseFnEnqueuesDoesNotDeadlock) {
   EXPECT_EQ(wait_child(child), child_ok);
   reaper.flush();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
+// --- fork_policy::never_wait: fork() waits for nothing of the worker's ----------------------------
+
+// Jobs whose ids start at `first_id`: none is the one that first_item_blocks blocks on.
+std::vector<job> jobs_from(std::size_t first_id, std::size_t count) {
+  auto jobs = make_jobs(count);
+  for (job& j : jobs) j.id += first_id;
+  return jobs;
+}
+
+// fork() on this thread while item 0 of a batch blocks in fn: it returns at once (with parking
+// it would wait for the item: the hang guard reports that). The child tears down what was
+// queued and leaves the batch the worker had taken, item 0 and its rest, to the parent.
+TEST_F(ReaperForkTest, ForkDoesNotWaitForTheItemInFlightAndTheChildLeavesTheBatchToTheParent) {
+  auto batch = make_jobs(20);
+  auto queued = jobs_from(100, 10);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(first_item_blocks(release, started));
+  enqueue_as_one_batch(reaper, batch);  // one batch of 20; item 0 blocks
+  wait_until(started);
+  for (job& j : queued) reaper.enqueue(j);  // on the queue: the worker is in fn
+
+  const int code = run_child([&] {
+    child_checks check;
+    reaper.flush();
+    check.expect(total_runs(batch) == 0, "the child left the worker's batch (the item in fn, the rest) alone");
+    check.expect(ran_exactly_once(queued) == queued.size(), "the child tore down what was queued, once");
+    auto own = jobs_from(200, 5);
+    for (job& j : own) reaper.enqueue(j);
+    reaper.stop();
+    check.expect(ran_exactly_once(own) == own.size(), "the child's own items ran once");
+    check.expect(total_runs(batch) == 0, "the child's stop left the batch alone too");
+    return check.exit_code();
+  });
+  EXPECT_EQ(code, child_ok);
+  EXPECT_EQ(total_runs(batch), 0) << "item 0 still blocks in the parent";
+  release.count_down();
+  reaper.flush();
+  EXPECT_EQ(ran_exactly_once(batch), batch.size()) << "the parent tears down its batch once";
+  EXPECT_EQ(ran_exactly_once(queued), queued.size());
+  expect_parent_reaper_works(reaper);
+}
+
+// The same in a pool: worker 0 blocks in fn with the rest of its batch held for stealing.
+// (Worker 1 may have stolen part of the batch from worker 0's queue and run it before the fork.)
+TEST_F(ReaperForkTest, ForkDoesNotWaitForAPoolWorkersItemAndTheChildLeavesItsHeldRestToTheParent) {
+  auto batch = make_jobs(20);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  teardown::reaper_pool_options opts;
+  opts.workers = 2;
+  opts.steal_after = std::chrono::hours(1);  // the rest stays held by worker 0
+  opts.worker.name = "fork_pool";
+  teardown::reaper_pool<job, &job::hook, job_fn> pool(first_item_blocks(release, started), opts);
+  pool.freeze();
+  for (job& j : batch) pool.enqueue_to(0, j);
+  pool.thaw();
+  wait_until(started);
+
+  const int code = run_child([&] {
+    child_checks check;
+    const int ran_at_fork = total_runs(batch);
+    pool.flush();
+    check.expect(total_runs(batch) == ran_at_fork, "the child left worker 0's batch alone");
+    auto own = jobs_from(100, 10);
+    for (job& j : own) pool.enqueue(j);
+    pool.flush();
+    check.expect(ran_exactly_once(own) == own.size(), "the child's own items ran once");
+    return check.exit_code();
+  });
+  EXPECT_EQ(code, child_ok);
+  release.count_down();
+  pool.flush();
+  EXPECT_EQ(ran_exactly_once(batch), batch.size()) << "the parent tears down its batch once";
+}
+
+// The child handler forgets the running worker's batch unread: the batch's jobs are
+// inaccessible in the child while teardown's child handler runs (a handler that walked the
+// batch would kill the child with SIGSEGV), and the child's flush runs none of them.
+TEST_F(ReaperForkTest, ForkChildHandlerReadsNoItemTheRunningWorkerHolds) {
+  register_child_unguard();
+  guarded_jobs jobs(200);
+  job blocker;
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(blocker_then_slow(blocker, release, started));
+  reaper.freeze();
+  reaper.enqueue(blocker);  // the oldest: it runs first, and blocks
+  for (std::size_t i = 0; i < jobs.size(); ++i) reaper.enqueue(jobs[i]);
+  reaper.thaw();
+  wait_until(started);
+  guarded_in_child.store(&jobs);
+  const int code = run_child([&] {
+    child_checks check;
+    reaper.flush();
+    check.expect(jobs.total_runs() == 0, "the child ran none of the worker's batch");
+    check.expect(blocker.runs.load() == 0, "nor the item in fn");
+    return check.exit_code();
+  });
+  guarded_in_child.store(nullptr);
+  EXPECT_EQ(code, child_ok) << "(killed by SIGSEGV: the child handler read a job)";
+  release.count_down();
+  reaper.flush();
+  EXPECT_EQ(jobs.ran_exactly_once(), jobs.size()) << "in the parent";
+  EXPECT_EQ(blocker.runs.load(), 1);
 }
 
 TEST_F(ReaperForkTest, EveryLiveReaperIsUsableInTheChild) {
@@ -525,16 +650,43 @@ TEST_F(ReaperForkTest, ChildForkedFromFnMayExit) {
 
 // --- Forks racing producers --------------------------------------------------------------------
 
+// In a child, after a flush: how the items of one producer's stream (in id order) ran. Each ran
+// at most once, and those that did not run before `enqueued_before_fork` form at most `gaps`
+// contiguous runs: with wait_for_item none (everything enqueued before the fork was done, queued
+// or held by the parked worker, and the child ran it), with never_wait one, the batch the
+// worker had taken (one take is the whole queue: a contiguous range of the stream).
+void expect_runs_in_stream_order(child_checks& check, const std::vector<job>& jobs, std::size_t enqueued_before_fork,
+                                 std::size_t gaps) {
+  std::size_t gaps_seen = 0;
+  bool in_gap = false;
+  for (std::size_t i = 0; i < enqueued_before_fork && i < jobs.size(); ++i) {
+    const int runs = jobs[i].runs.load();
+    if (runs > 1) {
+      check.expect(false, "item " + std::to_string(i) + " ran " + std::to_string(runs) + " times");
+      return;
+    }
+    if (runs == 0 && !in_gap) ++gaps_seen;
+    in_gap = runs == 0;
+  }
+  for (std::size_t i = enqueued_before_fork; i < jobs.size(); ++i) {
+    if (jobs[i].runs.load() > 1) {
+      check.expect(false, "item " + std::to_string(i) + " ran more than once");
+      return;
+    }
+  }
+  check.expect(gaps_seen <= gaps, std::to_string(gaps_seen) + " runs of items enqueued before the fork did not "
+                                      "run in the child; at most " + std::to_string(gaps) + " may not");
+}
+
 // One thread keeps enqueueing items in id order while this one forks. In each child, after a
-// flush, every item ran at most once, and the ones that ran are a prefix of the ids: an item
-// whose enqueue was complete at fork time was queued, held by the parked worker, or already
-// torn down, so the child runs it; the one enqueue in progress either had linked its item or
-// not. The child then enqueues items of its own.
-TEST_F(ReaperForkStressTest, ForkWhileAnotherThreadKeepsEnqueueing) {
+// flush, every item ran at most once, and the items enqueued before the fork that did not run
+// are what the policy leaves to the parent (expect_runs_in_stream_order). The child then
+// enqueues items of its own.
+void fork_while_another_thread_keeps_enqueueing(fork_policy policy) {
   const std::size_t count = scaled(200'000);
   constexpr int forks = 5;
   auto jobs = make_jobs(count);
-  job_reaper reaper(counting());
+  job_reaper reaper(counting(), {.on_fork = policy});
   std::atomic<std::size_t> enqueued{0};
   std::thread producer([&] {
     for (std::size_t i = 0; i < count; ++i) {
@@ -553,21 +705,7 @@ TEST_F(ReaperForkStressTest, ForkWhileAnotherThreadKeepsEnqueueing) {
     const int code = run_child([&] {
       child_checks check;
       reaper.flush();
-      std::size_t ran = 0;
-      bool prefix = true;
-      for (std::size_t i = 0; i < count; ++i) {
-        const int runs = jobs[i].runs.load();
-        if (runs > 1) {
-          check.expect(false, "item " + std::to_string(i) + " ran " + std::to_string(runs) + " times");
-          break;
-        }
-        if (runs == 1) {
-          if (ran != i) prefix = false;
-          ++ran;
-        }
-      }
-      check.expect(prefix, "the items that ran are a prefix of the enqueue order");
-      check.expect(ran >= enqueued_before_fork, "every item enqueued before the fork ran");
+      expect_runs_in_stream_order(check, jobs, enqueued_before_fork, policy == fork_policy::never_wait ? 1 : 0);
       auto own = make_jobs(100);
       for (job& j : own) reaper.enqueue(j);
       reaper.flush();
@@ -583,17 +721,28 @@ TEST_F(ReaperForkStressTest, ForkWhileAnotherThreadKeepsEnqueueing) {
   EXPECT_EQ(forked, forks);
 }
 
-// The worker is busy (a long backlog) when each fork happens: it parks between items holding
-// the rest of its batch, the child tears that down, the parent resumes.
-TEST_F(ReaperForkStressTest, ForkWhileTheWorkerIsBusyWithABacklog) {
+TEST_F(ReaperForkStressTest, ForkWhileAnotherThreadKeepsEnqueueing) {
+  fork_while_another_thread_keeps_enqueueing(fork_policy::never_wait);
+}
+
+TEST_F(ReaperForkStressTest, ForkParkingTheWorkerWhileAnotherThreadKeepsEnqueueing) {
+  fork_while_another_thread_keeps_enqueueing(fork_policy::wait_for_item);
+}
+
+// The worker is busy with one long batch when each fork happens. wait_for_item: it parks between
+// items holding the rest of its batch and the child tears that down. never_wait: the child
+// leaves the whole batch to the parent. Either way the parent resumes and nothing runs twice.
+void fork_while_the_worker_is_busy_with_a_backlog(fork_policy policy) {
   const std::size_t count = scaled(50'000);
   constexpr int forks = 5;
   auto jobs = make_jobs(count);
   std::atomic<std::size_t> done{0};
-  job_reaper reaper([&](job& j) {
-    j.runs.fetch_add(1, std::memory_order_relaxed);
-    done.fetch_add(1, std::memory_order_relaxed);
-  });
+  job_reaper reaper(
+      [&](job& j) {
+        j.runs.fetch_add(1, std::memory_order_relaxed);
+        done.fetch_add(1, std::memory_order_relaxed);
+      },
+      {.on_fork = policy});
   reaper.freeze();
   for (job& j : jobs) reaper.enqueue(j);
   reaper.thaw();
@@ -602,13 +751,28 @@ TEST_F(ReaperForkStressTest, ForkWhileTheWorkerIsBusyWithABacklog) {
     const int code = run_child([&] {
       child_checks check;
       reaper.flush();
-      check.expect(ran_exactly_once(jobs) == jobs.size(), "every item ran exactly once in the child");
+      if (policy == fork_policy::wait_for_item) {
+        check.expect(ran_exactly_once(jobs) == jobs.size(), "every item ran exactly once in the child");
+      } else {
+        expect_runs_in_stream_order(check, jobs, jobs.size(), 1);
+      }
+      auto own = make_jobs(10);
+      for (job& j : own) reaper.enqueue(j);
+      check.expect(ran_exactly_once(own) == own.size(), "the child's own items ran once");
       return check.exit_code();
     });
     EXPECT_EQ(code, child_ok) << "fork " << f;
   }
   reaper.flush();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size()) << "in the parent";
+}
+
+TEST_F(ReaperForkStressTest, ForkWhileTheWorkerIsBusyWithABacklog) {
+  fork_while_the_worker_is_busy_with_a_backlog(fork_policy::never_wait);
+}
+
+TEST_F(ReaperForkStressTest, ForkParkingTheWorkerWhileItIsBusyWithABacklog) {
+  fork_while_the_worker_is_busy_with_a_backlog(fork_policy::wait_for_item);
 }
 
 }  // namespace

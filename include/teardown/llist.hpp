@@ -250,6 +250,11 @@ class llist_batch {
   /// O(n): walks the batch.
   std::size_t size() const noexcept { return hooks::count(first_); }
 
+  /// Empties the batch without reading a node: its nodes belong to nobody here from then on.
+  /// Only for the copy of another thread's work in progress (in a fork child, what a thread of
+  /// the parent had taken), which must be neither walked nor torn down.
+  void forget() && noexcept { first_ = nullptr; }
+
   /// Takes the first element out of the batch; nullptr when empty.
   T* pop_front() noexcept {
     llist_node* node = first_;

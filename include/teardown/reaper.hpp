@@ -39,9 +39,10 @@
 //   fn                   runs on the worker; also on callers after stop(), in a fork child, and
 //                        on a caller that races stop(). It must accept distinct items
 //                        concurrently. Calling flush/freeze/stop from fn is refused with
-//                        std::logic_error (it would wait for itself). fn must not construct or
-//                        destroy a reaper: a fork() on another thread waits for fn to finish
-//                        while it holds the registry of live reapers.
+//                        std::logic_error (it would wait for itself). With
+//                        fork_policy::wait_for_item, fn must not construct or destroy a reaper:
+//                        a fork() on another thread waits for fn to finish while it holds the
+//                        registry of live reapers.
 //   nice, set_nice       any thread, fn included (this reaper's or another's); take a mutex of
 //                        their own briefly, never the control mutex, so a fork() that parks the
 //                        worker never waits for them.
@@ -123,13 +124,25 @@
 // ticket sweeps every shard, not only the flagged ones: an adder preempted between its push
 // and its flag must not hide an item that another adder on its shard already flushed.
 //
-// Fork: pthread_atfork handlers park every live worker between items across fork(); the parent
-// resumes. In the child the worker does not exist: the reaper turns into its stopped form —
-// enqueue tears down inline, and what was queued (or held by the parked worker) at fork time is
-// torn down by the child's next enqueue, flush, stop or destructor. Nothing deadlocks or is
-// lost. Each handler is O(1) in the items queued or held: none reads an item (the held batch
-// moves whole, with one exchange), so fork() costs no time per item and no copy-on-write fault
-// on the items' pages. (A child forked from inside fn itself may only exec or _exit.)
+// Fork. By default (fork_policy::never_wait) fork() waits for nothing of the worker's: no
+// handler takes a lock the worker may hold or waits for it to reach a point between items, so
+// a fork costs what it would without a reaper, however starved the worker or long the item in
+// progress (a process_reaper's release waiting for its victim). The parent's worker runs on. In
+// the child the worker does not exist: the reaper turns into its stopped form — enqueue tears
+// down inline, and what was queued when fork() copied the queue (each head is one word written
+// by atomic RMWs, so an add or a take is in the copy or not) is torn down by the child's next
+// enqueue, flush, stop or destructor; that first drain sweeps every shard of a sharded queue.
+// What the worker had taken off the queue (the item in fn, the rest of its batch, in a pool
+// its held rest) is the parent's teardown in progress, copied at an instruction the child
+// cannot know: the child forgets it unread. It is torn down once, by the parent, never twice;
+// the child's copy of that memory stays allocated in the child (copy-on-write shares its pages
+// until either side writes them). fork_policy::wait_for_item is for a child that must tear
+// down its copy of everything: pthread_atfork handlers park every worker between items across
+// fork() (so fork() waits for the item in progress, and for a starved worker to be scheduled),
+// the parent resumes, and the child tears down the rest of the batch too. Either way each
+// handler is O(1) in the items queued or held: none reads an item, so fork() costs no time per
+// item and no copy-on-write fault on the items' pages. Nothing deadlocks or is torn down
+// twice. (A child forked from inside fn itself may only exec or _exit.)
 #pragma once
 
 #include <pthread.h>
@@ -177,9 +190,18 @@ namespace teardown {
 enum class drain_order { oldest_first, newest_first };
 enum class sched_policy { other, batch, idle };
 
+/// What a fork() on another thread does about a running worker (see "Fork" in the header
+/// comment).
+enum class fork_policy {
+  never_wait,     // fork() waits for nothing of the worker's; the child leaves the batch the
+                  // worker had taken to the parent
+  wait_for_item,  // fork() waits for the worker to finish its item and park between items; the
+                  // child tears down the rest of the batch too
+};
+
 /// Checked by the constructor before any thread starts: a nice value outside [-20, 19], a
-/// negative CPU, stall_threshold, yield_after or poll_interval, a policy or order that is not
-/// one of the enum's values, or a name holding a NUL byte is refused with
+/// negative CPU, stall_threshold, yield_after or poll_interval, a policy, order or on_fork that
+/// is not one of the enum's values, or a name holding a NUL byte is refused with
 /// std::invalid_argument naming the field.
 struct reaper_options {
   std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
@@ -199,6 +221,7 @@ struct reaper_options {
                                          // finds the worker asleep wakes it (a futex wake);
                                          // > 0: enqueue never wakes it, the idle worker looks
                                          // at the queue at least this often ("Wake policy")
+  fork_policy on_fork = fork_policy::never_wait;  // see "Fork"
 };
 
 /// Setup steps the worker could not apply: reported in reaper_stats, never fatal.
@@ -268,6 +291,9 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
   }
   if (opts.order != drain_order::oldest_first && opts.order != drain_order::newest_first) {
     refuse("order is not a drain_order value");
+  }
+  if (opts.on_fork != fork_policy::never_wait && opts.on_fork != fork_policy::wait_for_item) {
+    refuse("on_fork is not a fork_policy value");
   }
   if (opts.stall_threshold.count() < 0) {
     refuse("stall_threshold is negative (" + std::to_string(opts.stall_threshold.count()) + " ns)");
@@ -787,11 +813,16 @@ class reaper final : private detail::fork_participant {
   void take_from_queue(bool sweep) noexcept {
     batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
     if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);
+    in_flight_ = take_queue(sweep);
+  }
+
+  // The queue's del_all; with sweep, every shard of a sharded queue (its flags aside).
+  llist_batch<T, Hook> take_queue(bool sweep) noexcept {
     if constexpr (requires(Queue& queue) { { queue.del_all_sweep() } -> std::same_as<llist_batch<T, Hook>>; }) {
-      in_flight_ = sweep ? queue_.del_all_sweep() : queue_.del_all();
+      return sweep ? queue_.del_all_sweep() : queue_.del_all();
     } else {
       (void)sweep;  // llist's del_all already takes everything
-      in_flight_ = queue_.del_all();
+      return queue_.del_all();
     }
   }
 
@@ -1024,13 +1055,18 @@ class reaper final : private detail::fork_participant {
   void tear_down_inline(T& item) noexcept { tear_down(item, /*on_worker=*/false); }
 
   // On a caller: takes whatever is queued (each node goes to exactly one taker) and tears it
-  // down here, oldest first. First what a fork child's worker held (in held_, in run order).
+  // down here, oldest first. First what a fork child's parked worker held (in held_, in run
+  // order; see "Fork").
   void drain_inline() noexcept {
     if (!held_.empty()) {
       for (T& item : held_.del_all()) tear_down_inline(item);
     }
     for (;;) {
-      auto batch = queue_.del_all();
+      // A fork child's first drain sweeps: a producer of the parent may have pushed onto a
+      // shard and not flagged it, and that producer is not here to do it.
+      const bool sweep = child_sweep_.load(std::memory_order_relaxed) &&
+                         child_sweep_.exchange(false, std::memory_order_relaxed);
+      auto batch = take_queue(sweep);
       if (batch.empty()) return;
       for (T& item : std::move(batch).reverse()) tear_down_inline(item);
     }
@@ -1256,25 +1292,28 @@ class reaper final : private detail::fork_participant {
 
   // ---- fork ---------------------------------------------------------------------------------
 
+  // See "Fork". With fork_policy::never_wait, prepare and parent do nothing: no lock the worker
+  // may hold is taken and nothing waits for the worker.
+  bool parks_for_fork() const noexcept { return opts_.on_fork == fork_policy::wait_for_item && !on_worker(); }
+
   void fork_prepare() noexcept override {
-    if (!on_worker()) {
-      std::unique_lock lock(control_mutex_);
-      if (worker_running_) {
-        fork_parking_ = true;
-        request_locked();
-        control_changed_.notify_all();
-        lock.unlock();
-        kick();
-        lock.lock();
-        // Parked between items, or gone (a stop() that was joining it has finished).
-        control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_ || worker_done_; });
-      }
-      lock.release();  // stays locked across fork(); parent/child unlock it
+    if (!parks_for_fork()) return;
+    std::unique_lock lock(control_mutex_);
+    if (worker_running_) {
+      fork_parking_ = true;
+      request_locked();
+      control_changed_.notify_all();
+      lock.unlock();
+      kick();
+      lock.lock();
+      // Parked between items, or gone (a stop() that was joining it has finished).
+      control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_ || worker_done_; });
     }
+    lock.release();  // stays locked across fork(); parent/child unlock it
   }
 
   void fork_parent() noexcept override {
-    if (on_worker()) return;
+    if (!parks_for_fork()) return;
     fork_parking_ = false;
     control_changed_.notify_all();
     control_mutex_.unlock();
@@ -1288,9 +1327,24 @@ class reaper final : private detail::fork_participant {
       return;
     }
     // Single-threaded here. The worker does not exist in the child: become the stopped form.
-    // What the parked worker still held moves to held_ whole (one exchange, not a walk: a
-    // fork must not cost time in proportion to the backlog, nor touch the items' pages), where
-    // the child's next enqueue, flush, stop or destructor tears it down (drain_inline).
+    const bool parked = parks_for_fork();
+    if (parked) {
+      // What the parked worker still held moves to held_ whole (one exchange, not a walk: a
+      // fork must not cost time in proportion to the backlog, nor touch the items' pages),
+      // where the child's next enqueue, flush, stop or destructor tears it down (drain_inline).
+      (void)held_.replace_all(std::move(in_flight_));  // held_ is empty: taken back before parking
+    } else {
+      // The worker was running when fork() copied memory: what it had taken is the parent's
+      // teardown in progress, copied at an instruction the child cannot know. Forget it
+      // unread (both are plain pointer writes; no item is touched).
+      std::move(in_flight_).forget();
+      held_.del_all().forget();
+      // A thread that held the control mutex (the worker, a flush) is not here: start it over.
+      // No thread waits here, so no flush is outstanding.
+      new (&control_mutex_) std::mutex;
+      flush_completed_ = flush_requested_;
+      worker_joining_ = false;
+    }
     worker_running_ = false;
     worker_parked_ = false;
     fork_parking_ = false;
@@ -1298,8 +1352,8 @@ class reaper final : private detail::fork_participant {
     worker_tid_ = 0;
     stop_requested_ = true;
     worker_known_.store(false, std::memory_order_relaxed);
-    (void)held_.replace_all(std::move(in_flight_));  // held_ is empty: the worker took it back before parking
     state_.store(stopped_bit, std::memory_order_relaxed);
+    child_sweep_.store(true, std::memory_order_relaxed);
     inline_hands_.store(0, std::memory_order_relaxed);  // the other threads' hands are not here
     caller_reaps_ = 0;
     // nice_mutex_ is not held across fork (see "Fork"): a thread that held it is not here.
@@ -1308,7 +1362,7 @@ class reaper final : private detail::fork_participant {
     // The parked worker was a waiter on control_changed_; it does not exist here, and glibc's
     // pthread_cond_destroy would wait for it forever. Start over with a fresh one.
     new (&control_changed_) std::condition_variable;
-    control_mutex_.unlock();
+    if (parked) control_mutex_.unlock();
   }
 
   // Cache lines are grouped by who writes them, so the worker's per-item writes do not take
@@ -1342,7 +1396,8 @@ class reaper final : private detail::fork_participant {
   std::uint64_t batch_since_ns_ = 0;  // the watchdog clock the current take cleared (worker only)
   std::uint64_t flush_target_ = 0;  // the ticket this pass completes, 0 if none (worker only)
   // In a pool: the rest of the batch while the worker runs an item (taken by a sibling's steal,
-  // or back by the worker with an exchange); in a fork child, what the parked worker held.
+  // or back by the worker with an exchange); in a fork child, what the parked worker held
+  // (fork_policy::wait_for_item).
   llist<T, Hook> held_;
   std::atomic<std::uint64_t> item_started_ns_{0};  // in a pool: when the item now run with a
                                                    // held rest started; 0: nothing held
@@ -1357,6 +1412,7 @@ class reaper final : private detail::fork_participant {
   std::atomic<std::uint64_t> inline_reaped_{0};
   std::atomic<std::uint64_t> yields_{0};
   std::atomic<std::uint64_t> polls_{0};
+  std::atomic<bool> child_sweep_{false};  // a fork child's next drain sweeps every shard
 
   // Control plane: guarded by control_mutex_.
   alignas(64) mutable std::mutex control_mutex_;
