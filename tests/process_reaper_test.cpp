@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "fork_test_support.hpp"
 #include "teardown/process.hpp"
 #include "test_support.hpp"
 
@@ -528,6 +529,41 @@ TEST_F(ProcessReaperTest, WaitForBudgetReturnsOnceTheBytesInTeardownAreUnderTheB
   gated::open = true;
   EXPECT_TRUE(reaper.wait_for_budget(0, 60s));
   EXPECT_EQ(reaper.bytes_in_teardown(), 0u);
+  EXPECT_EQ(victim.wait().signal, SIGKILL);
+}
+
+// fork() on another thread while the worker waits inside a release (here the release call
+// itself, behind a gate; in life a victim that handles SIGTERM on a kernel without
+// process_mrelease): fork() does not wait for it, and the child's budget holds none of the
+// parent's charges. The limit below is a hang guard: a fork still blocked after it has waited
+// for the worker, and the gate is then opened so that the test ends.
+TEST_F(ProcessReaperTest, ForkWhileTheWorkerWaitsInAReleaseDoesNotWaitAndTheChildOwesNothing) {
+  gated::open = false;
+  gated::entered = 0;
+  process_reaper reaper({.mrelease = &gated::mrelease});
+  pidfd_process victim = spawn_victim(victim_bytes);
+  EXPECT_TRUE(reaper.kill(victim));
+  ASSERT_TRUE(teardown_test::eventually([] { return gated::entered.load() == 1; }));
+  ASSERT_GE(reaper.bytes_in_teardown(), victim_bytes);
+  std::atomic<bool> forked{false};
+  pid_t child = -1;
+  std::thread forker([&] {
+    child = teardown_test::start_child([&] {
+      teardown_test::child_checks check;
+      check.expect(reaper.bytes_in_teardown() == 0, "the child owes none of the parent's charges");
+      check.expect(reaper.wait_for_budget(0, 0ms), "wait_for_budget(0) returns at once in the child");
+      reaper.flush();
+      return check.exit_code();
+    });
+    forked = true;
+  });
+  const bool returned = teardown_test::eventually([&] { return forked.load(); }, 30s);
+  EXPECT_TRUE(returned) << "fork() waited for the worker's release";
+  EXPECT_GE(reaper.bytes_in_teardown(), victim_bytes) << "the parent's worker still holds the charge";
+  gated::open = true;
+  forker.join();
+  EXPECT_EQ(teardown_test::wait_child(child), teardown_test::child_ok);
+  EXPECT_TRUE(reaper.wait_for_budget(0, 60s));
   EXPECT_EQ(victim.wait().signal, SIGKILL);
 }
 

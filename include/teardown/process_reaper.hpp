@@ -95,9 +95,12 @@
 // added last with release and read first with acquire, so pending (killed - done) is never
 // negative in a snapshot. The budget is relaxed (budget.hpp); the word above orders it.
 //
-// Signals and fork: the worker is a reaper's, started with every signal blocked; across fork()
-// it is parked between items, and in a fork child this reaper releases inline (reaper.hpp,
-// "Fork"). The pidfds it holds are close-on-exec.
+// Signals and fork: the worker is a reaper's, started with every signal blocked. fork() waits
+// for nothing of the worker's, not even a release that waits for its victim's exit (reaper.hpp,
+// "Fork": fork_policy::never_wait). In a fork child this reaper releases inline; the processes
+// still queued at the fork are released there too, and those the worker had taken are left to
+// the parent. The child's budget starts empty: bytes_in_teardown() and wait_for_budget there
+// count only what the child killed. The pidfds it holds are close-on-exec.
 #pragma once
 
 #if !defined(__linux__)
@@ -359,6 +362,7 @@ struct killed_process {
   std::uint64_t bytes = 0;  // the charge
   bool charged = false;     // bytes are reserved on the budget
   bool signal_pending = false;  // the worker sends the signal (signal_on_worker)
+  std::uint32_t fork_epoch = 0;  // the process_reaper's fork epoch when charged
   std::uint64_t killed_ns = 0;
   ~killed_process() {
     if (pidfd >= 0) ::close(pidfd);
@@ -516,18 +520,20 @@ inline std::optional<exit_status> pidfd_process::wait_with(int options, const ch
 
 // ---- process_reaper ---------------------------------------------------------------------------
 
-class process_reaper {
+class process_reaper final : private teardown::detail::fork_participant {
  public:
   /// Starts the worker. std::invalid_argument for bad options (starting nothing), see
   /// process_reaper_options; std::system_error if the thread cannot start.
   explicit process_reaper(process_reaper_options options = {})
       : options_(validated(std::move(options))),
         budget_(options_.budget_bytes),
-        reaper_(finish_fn{this}, reaper_options{.name = options_.name, .nice = options_.nice}) {}
+        reaper_(finish_fn{this}, reaper_options{.name = options_.name, .nice = options_.nice}) {
+    teardown::detail::fork_registry::instance().add(this);
+  }
   process_reaper(const process_reaper&) = delete;
   process_reaper& operator=(const process_reaper&) = delete;
   /// stop(): every process still queued is released first.
-  ~process_reaper() = default;
+  ~process_reaper() { teardown::detail::fork_registry::instance().remove(this); }
 
   /// Charges the process's anonymous RSS, sends `signal` through its pidfd and hands a copy of
   /// the pidfd to the worker, which calls process_mrelease on it. Returns false, changing
@@ -580,6 +586,16 @@ class process_reaper {
   release_result release_memory(item& killed, std::uint32_t& tries) noexcept;
   void finish(item& killed) noexcept;
 
+  // A fork child starts with an empty budget: the charges it inherited are the parent's (its
+  // worker goes on releasing them, and one it had in hand never comes back in the child), so
+  // an item charged before the fork releases nothing there (see "Signals and fork").
+  void fork_prepare() noexcept override {}
+  void fork_parent() noexcept override {}
+  void fork_child() noexcept override {
+    ++fork_epoch_;
+    new (&budget_) budget(options_.budget_bytes);  // single-threaded here; nothing else holds it
+  }
+
   std::atomic<std::uint64_t>& counter_for(release_result result) noexcept {
     switch (result) {
       case release_result::released: return released_;
@@ -596,6 +612,7 @@ class process_reaper {
   const process_reaper_options options_;
   const std::uint64_t trace_domain_ = trace::new_domain();
   budget budget_;
+  std::uint32_t fork_epoch_ = 0;  // fork children this object lives in; written only by fork_child
   std::atomic<std::uint32_t> released_word_{0};  // bumped after each charge goes back
   std::atomic<bool> mrelease_supported_{true};
   std::atomic<std::uint64_t> killed_{0};
@@ -634,6 +651,7 @@ inline bool process_reaper::kill(const pidfd_process& process, int signal) {
     detail::throw_system_error(errno, "process_reaper::kill: pid " + std::to_string(killed->pid));
   }
   killed->bytes = bytes;
+  killed->fork_epoch = fork_epoch_;
   killed->charged = budget_.try_reserve(bytes);
   // Released here (over budget) or the worker's: either way the release follows the signal at once.
   killed->signal_pending = options_.signal_on_worker;
@@ -719,7 +737,7 @@ inline void process_reaper::finish(item& killed) noexcept {
   const std::uint64_t now = teardown::detail::monotonic_ns();
   trace::process_release(killed.pid, killed.bytes, to_string(result), tries,
                          now > killed.killed_ns ? now - killed.killed_ns : 0, trace_domain_);
-  const bool charged = killed.charged;
+  const bool charged = killed.charged && killed.fork_epoch == fork_epoch_;  // see fork_child
   const std::uint64_t bytes = killed.bytes;
   delete &killed;  // closes our copy of the pidfd
   if (charged) budget_.release(bytes);
