@@ -140,16 +140,16 @@
 // workers, which may start stealing before the last sibling exists otherwise. Wakes of siblings
 // use the reaper's kick: an RMW on the sibling's state word (no lost wake-up as in reaper.hpp).
 //
-// Fork: every worker handles fork() itself (reaper.hpp: parked across the fork, the stopped
-// form in the child). steal_mutex_ is held only for a few list operations, never across fn or a
-// wait, and never by a parked worker (workers park only between items or at the top of a pass,
-// outside a steal). Another thread may hold it for a moment when fork() runs; so the pool, a
-// fork participant too, gives the child a fresh unlocked mutex and clears the freeze depth (as
-// the child's reapers do), and marks itself stopping: the child has no workers to steal. No
-// handler, the pool's or a worker's, reads an item: a parked worker has taken its held rest
-// back, and the child's reaper moves it whole to where its stopped form drains it. So fork()
-// costs no time per queued or held item (the prepare handler still waits for each worker to
-// reach a point between items).
+// Fork: every worker handles fork() itself (reaper.hpp, "Fork": by default fork() waits for no
+// worker, and each child reaper forgets what its worker had taken, held rest included; with
+// worker.on_fork = wait_for_item the workers park across the fork and the child tears that down
+// too). steal_mutex_ is held only for a few list operations, never across fn or a wait, and
+// never by a parked worker (workers park only between items or at the top of a pass, outside a
+// steal). Another thread, or a running worker, may hold it for a moment when fork() runs; so the
+// pool, a fork participant too, gives the child a fresh unlocked mutex and clears the freeze
+// depth (as the child's reapers do), and marks itself stopping: the child has no workers to
+// steal. No handler, the pool's or a worker's, reads an item, so fork() costs no time per queued
+// or held item.
 #pragma once
 
 #include <sched.h>
