@@ -14,7 +14,7 @@
 //     --json FILE write the JSON there (default: stdout); --out FILE is the same (run.sh's)
 //     --quick     400000 items and 5 forks (explicit flags win): a smoke test
 //
-// Every row allocates M items of 64 bytes (one cache line each, touched) and then forks K
+// Every row allocates M items of 16 bytes (the hook and a flag, all touched) and then forks K
 // times; each child _exit(0)s at once. Only the fork() call is timed, in the parent (steady
 // clock around it); waitpid and a 20 ms pause come between forks, untimed.
 //   none            the memory alone: no worker, nothing queued
@@ -151,7 +151,7 @@ std::uint64_t steps_per_microsecond() {
   return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(static_cast<double>(kSteps) / fastest_us));
 }
 
-struct alignas(64) item {
+struct item {
   teardown::llist_node hook;
   std::atomic<bool> idle{true};  // not queued: fn has run on it, or it was never enqueued
 };
