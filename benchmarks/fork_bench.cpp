@@ -83,7 +83,7 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr int kMostForks = 200;  // a row's report must fit one atomic pipe write
 constexpr auto kBetweenForks = std::chrono::milliseconds(20);
-constexpr auto kVictimWait = std::chrono::seconds(2);  // the process_reaper's retry_interval
+constexpr auto kVictimWait = std::chrono::seconds(2);  // the process_reaper's retry_interval, exit_wait
 constexpr std::size_t kPoolWorkers = 2;
 
 // ---- options --------------------------------------------------------------------------------
@@ -132,10 +132,10 @@ options parse_options(int argc, char** argv) {
 
 // ---- the items ------------------------------------------------------------------------------
 
-// Spins `iterations` steps of a loop the compiler must keep.
-void burn(std::uint64_t iterations) noexcept {
+// Spins `steps` steps of a loop the compiler must keep.
+void burn(std::uint64_t steps) noexcept {
   volatile std::uint64_t step = 0;
-  for (std::uint64_t i = 0; i < iterations; ++i) step = step + 1;
+  for (std::uint64_t i = 0; i < steps; ++i) step = step + 1;
 }
 
 // How many of burn's steps take about 1 us of this thread's CPU time: the fastest of a few
