@@ -1,12 +1,15 @@
 // What the plain (not Google Benchmark) macro benchmarks share: exit_matrix, pool_bench,
-// process_bench, oom_reap_bench and rfc_questions. Each of them times a few repetitions of a
+// process_bench, fork_bench, oom_reap_bench and rfc_questions. Each of them times a few repetitions of a
 // scenario, summarises them as median / min / max, writes one JSON document and reads its flags
 // the same way; keeping that here means a fix to the JSON escaping or to a flag's checks reaches
 // every program, and their documents stay alike. machine_info.hpp says what machine they ran on.
 #pragma once
 
 #include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +26,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -254,6 +258,39 @@ inline std::vector<std::string> split_list(const std::string& list) {
     start = comma + 1;
   }
 }
+
+// ---- a busy machine ---------------------------------------------------------------------------
+
+// --busy: `count` processes that spin at this process's nice value until the object is
+// destroyed (it kills and reaps them; PR_SET_PDEATHSIG kills them if this process dies first).
+class cpu_hogs {
+ public:
+  explicit cpu_hogs(int count) {
+    std::fflush(nullptr);
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid = fork();
+      if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork (--busy)");
+      if (pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) _exit(1);
+        volatile unsigned long spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      pids_.push_back(pid);
+    }
+  }
+  cpu_hogs(const cpu_hogs&) = delete;
+  cpu_hogs& operator=(const cpu_hogs&) = delete;
+  ~cpu_hogs() {
+    for (const pid_t pid : pids_) kill(pid, SIGKILL);
+    for (const pid_t pid : pids_) {
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 // ---- a forked child's report ------------------------------------------------------------------
 

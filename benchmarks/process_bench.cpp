@@ -392,37 +392,6 @@ struct outcome_counts {
   }
 };
 
-// --busy: processes that spin until this one ends (the guard kills them; PR_SET_PDEATHSIG if
-// it dies first).
-class cpu_hogs {
- public:
-  explicit cpu_hogs(int count) {
-    std::fflush(nullptr);
-    for (int i = 0; i < count; ++i) {
-      const pid_t pid = fork();
-      if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork (--busy)");
-      if (pid == 0) {
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) _exit(1);
-        volatile unsigned long spin = 0;
-        for (;;) spin = spin + 1;
-      }
-      pids_.push_back(pid);
-    }
-  }
-  cpu_hogs(const cpu_hogs&) = delete;
-  cpu_hogs& operator=(const cpu_hogs&) = delete;
-  ~cpu_hogs() {
-    for (const pid_t pid : pids_) kill(pid, SIGKILL);
-    for (const pid_t pid : pids_) {
-      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
-  }
-
- private:
-  std::vector<pid_t> pids_;
-};
-
 // ---- the machine ------------------------------------------------------------------------------
 
 json_object machine() {
@@ -449,7 +418,7 @@ int main(int argc, char** argv) {
     const json_object machine_json = machine();
     // One supervisor's reaper for every mrelease measurement (nice 0, its default).
     teardown::process::process_reaper killer;
-    const cpu_hogs hogs(opts.busy);
+    const teardown_bench::cpu_hogs hogs(opts.busy);
     std::vector<json_object> rows;
     std::vector<std::string> table;
     const auto run_start = clock_type::now();

@@ -56,7 +56,7 @@ cmake --build --preset bench -j "$(nproc)"
 
 mkdir -p "$out_dir"
 # A figure left from an earlier run must not be plotted as this run's.
-rm -f "$out_dir"/{llist_bench,gate_bench,reaper_bench,batch_bench,exit_matrix,rfc_questions,oom_reap_bench,pool_bench,process_bench}.{json,txt} "$out_dir/plot.txt"
+rm -f "$out_dir"/{llist_bench,gate_bench,reaper_bench,batch_bench,exit_matrix,rfc_questions,oom_reap_bench,pool_bench,process_bench,fork_bench}.{json,txt} "$out_dir/plot.txt"
 bin=build/bench/benchmarks
 wrote=()
 
@@ -107,6 +107,7 @@ run_macro rfc_questions "${rfc_questions_args[@]}"
 run_macro oom_reap_bench
 run_macro pool_bench
 run_macro process_bench
+run_macro fork_bench
 echo "==> benchmarks took $((SECONDS - started)) s"
 
 echo "==> plotting into $img_dir"
