@@ -18,12 +18,16 @@
 // times; each child _exit(0)s at once. Only the fork() call is timed, in the parent (steady
 // clock around it); waitpid and a 20 ms pause come between forks, untimed.
 //   none            the memory alone: no worker, nothing queued
-//   reaper          one teardown::reaper (default options: nice 19) with all M items queued;
-//                   each item's fn spins about 1 us of CPU (calibrated at the start), so the
-//                   backlog outlasts the forks; before a fork, a queue below M/2 is refilled
-//                   with the items already torn down ("refills")
+//   reaper          one teardown::reaper (default options: nice 19, fork_policy::never_wait)
+//                   with all M items queued; each item's fn spins about 1 us of CPU
+//                   (calibrated at the start), so the backlog outlasts the forks; before a
+//                   fork, a queue below M/2 is refilled with the items already torn down
+//                   ("refills")
+//   reaper_parked   reaper with on_fork = fork_policy::wait_for_item: fork() parks the worker
+//                   between items, so it waits for the starved worker to be scheduled
 //   pool            a teardown::reaper_pool of 2 workers (default options), the items dealt
 //                   round-robin over them
+//   pool_parked     pool with worker.on_fork = fork_policy::wait_for_item
 //   process_reaper  a teardown::process::process_reaper (default options, its worker at nice 0,
 //                   but retries = 1 and retry_interval = exit_wait = 2 s) whose worker is
 //                   inside its wait for a victim that handles SIGTERM: before a fork with no
@@ -178,8 +182,10 @@ void enqueue_idle(std::span<item> items, Enqueue&& enqueue) {
 
 // ---- one row --------------------------------------------------------------------------------
 
-enum class row_kind { none, reaper, pool, process_reaper };
-constexpr const char* kRowNames[] = {"none", "reaper", "pool", "process_reaper"};
+// reaper and pool at their default options (fork_policy::never_wait); the _parked rows with
+// on_fork = fork_policy::wait_for_item, the protocol that parks the workers across fork().
+enum class row_kind { none, reaper, reaper_parked, pool, pool_parked, process_reaper };
+constexpr const char* kRowNames[] = {"none", "reaper", "reaper_parked", "pool", "pool_parked", "process_reaper"};
 
 // What a row's child sends back, in one write.
 struct row_report {
@@ -290,13 +296,19 @@ void time_forks_with_victim(row& r) {
       case row_kind::none:
         time_forks(r, [] { return std::uint64_t{0}; });
         break;
-      case row_kind::reaper: {
-        auto* const reaper = new item_reaper(fn);  // never destroyed: see above
+      case row_kind::reaper:
+      case row_kind::reaper_parked: {
+        const teardown::fork_policy on_fork =
+            kind == row_kind::reaper ? teardown::fork_policy::never_wait : teardown::fork_policy::wait_for_item;
+        auto* const reaper = new item_reaper(fn, {.on_fork = on_fork});  // never destroyed: see above
         time_forks_with_backlog(r, items, *reaper, [&](std::size_t, item& it) { reaper->enqueue(it); });
         break;
       }
-      case row_kind::pool: {
-        auto* const pool = new item_pool(fn, {.workers = kPoolWorkers});
+      case row_kind::pool:
+      case row_kind::pool_parked: {
+        teardown::reaper_pool_options pool_opts{.workers = kPoolWorkers};
+        if (kind == row_kind::pool_parked) pool_opts.worker.on_fork = teardown::fork_policy::wait_for_item;
+        auto* const pool = new item_pool(fn, pool_opts);
         time_forks_with_backlog(r, items, *pool,
                                 [&](std::size_t i, item& it) { pool->enqueue_to(i % kPoolWorkers, it); });
         break;
@@ -389,7 +401,8 @@ int main(int argc, char** argv) {
     std::vector<row_report> reports;
     {
       const teardown_bench::cpu_hogs hogs(opts.busy);
-      for (const row_kind kind : {row_kind::none, row_kind::reaper, row_kind::pool, row_kind::process_reaper}) {
+      for (const row_kind kind : {row_kind::none, row_kind::reaper, row_kind::reaper_parked, row_kind::pool,
+                                  row_kind::pool_parked, row_kind::process_reaper}) {
         progress("%s: ", kRowNames[static_cast<int>(kind)]);
         reports.push_back(run_row(kind, opts, steps));
         const row_report& report = reports.back();
