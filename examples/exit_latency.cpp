@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -38,6 +37,8 @@
 #include <vector>
 
 #include <unistd.h>
+
+#include "example_args.hpp"
 
 namespace {
 
@@ -160,20 +161,21 @@ int main(int argc, char** argv) {
   std::vector<double> sizes_gib;
   int reps = 3;
   double poll_us = 1000;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--small") == 0) {
-      sizes_gib = {1.0 / 16};
-      reps = 1;
-    } else if (std::strcmp(argv[i], "--poll-interval") == 0 && i + 1 < argc) {
-      poll_us = std::max(0.0, std::atof(argv[++i]));
-    } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else if (const double gib = std::atof(argv[i]); gib > 0) {
-      sizes_gib.push_back(gib);
-    } else {
-      std::fprintf(stderr, "usage: %s [SIZE_GIB...] [--reps N] [--poll-interval US] [--small]\n", argv[0]);
-      return 2;
-    }
+  bool small = false;
+  example::command_line cli("exit_latency",
+                            "The exit-path latency of the model kernel on real memory: vm.async_mm_teardown off and on,\n"
+                            "a reaper that polls its queue, a process below the threshold and the compile-time-off\n"
+                            "build.");
+  cli.operands("SIZE_GIB", sizes_gib, example::at_least(1.0 / 64),
+               "sizes to exit, in GiB (default 1; 0.0625 is 64 MiB), each capped at half of the free memory");
+  cli.option("--reps", "N", reps, example::between(1, 1000), "repetitions per row; the table shows medians");
+  cli.option("--poll-interval", "US", poll_us, example::between(0.0, 1e6),
+             "the polling reaper's interval in microseconds; 0 leaves its row out");
+  cli.flag("--small", small, "64 MiB, one repetition (what ctest runs); SIZE_GIB and --reps still apply");
+  cli.parse(argc, argv);
+  if (small) {
+    if (sizes_gib.empty()) sizes_gib = {1.0 / 16};
+    if (!cli.given("--reps")) reps = 1;
   }
   if (sizes_gib.empty()) sizes_gib = {1};
   const double page = double(mm_system::page_size());
