@@ -7,15 +7,17 @@
 // are still deleted inline, where that is cheaper than queuing them.
 //
 // The program frees one touched buffer the deferred way and one of the same size inline, and
-// prints what each cost the caller. `--small` uses 64 MiB instead of 1 GiB (ctest runs that).
+// prints what each cost the caller. `--small` uses 64 MiB instead of 1 GiB (ctest runs that);
+// `--help` lists the options.
 #include <teardown/deferred.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <vector>
+
+#include "example_args.hpp"
 
 namespace {
 
@@ -36,7 +38,12 @@ std::unique_ptr<buffer> touched_buffer(std::size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool small = argc > 1 && std::strcmp(argv[1], "--small") == 0;
+  bool small = false;
+  example::command_line cli("deferred_delete",
+                            "Frees a touched 1 GiB std::vector<char> through teardown::deferred_deleter, and one inline,\n"
+                            "and prints what each cost the caller.");
+  cli.flag("--small", small, "64 MiB instead of 1 GiB (what ctest runs)");
+  cli.parse(argc, argv);
   const std::size_t bytes = small ? std::size_t{64} << 20 : std::size_t{1} << 30;
 
   // The default domain is created on first use; creating it here keeps its thread start out of

@@ -23,6 +23,9 @@
 //   exit_latency 0.5 2 --reps 5  sizes in GiB; each capped at half of the free memory
 //   exit_latency --small         64 MiB, 1 repetition (ctest)
 //   exit_latency --poll-interval 10000   the polling row with a 10 ms interval (in us; 0: none)
+//   exit_latency --help          the options
+// Every time in the table is in milliseconds (the async-on exit path with four decimals: it is
+// tens of microseconds).
 #include <teardown/model/mm.hpp>
 
 #include <algorithm>
@@ -30,7 +33,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -38,6 +40,8 @@
 #include <vector>
 
 #include <unistd.h>
+
+#include "example_args.hpp"
 
 namespace {
 
@@ -160,22 +164,25 @@ int main(int argc, char** argv) {
   std::vector<double> sizes_gib;
   int reps = 3;
   double poll_us = 1000;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--small") == 0) {
-      sizes_gib = {1.0 / 16};
-      reps = 1;
-    } else if (std::strcmp(argv[i], "--poll-interval") == 0 && i + 1 < argc) {
-      poll_us = std::max(0.0, std::atof(argv[++i]));
-    } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else if (const double gib = std::atof(argv[i]); gib > 0) {
-      sizes_gib.push_back(gib);
-    } else {
-      std::fprintf(stderr, "usage: %s [SIZE_GIB...] [--reps N] [--poll-interval US] [--small]\n", argv[0]);
-      return 2;
-    }
+  bool small = false;
+  example::command_line cli("exit_latency",
+                            "The exit-path latency of the model kernel on real memory: vm.async_mm_teardown off and on,\n"
+                            "a reaper that polls its queue, a process below the threshold and the compile-time-off\n"
+                            "build. Every time in the table is in milliseconds.");
+  cli.operands("SIZE_GIB", sizes_gib, example::at_least(1.0 / 64),
+               "sizes to exit, in GiB (default 1; 0.0625 is 64 MiB), each capped at half of the free memory");
+  cli.option("--reps", "N", reps, example::between(1, 1000), "repetitions per row; the table shows medians");
+  cli.option("--poll-interval", "US", poll_us, example::between(0.0, 1e6),
+             "the polling reaper's interval in microseconds; 0 leaves its row out");
+  cli.flag("--small", small, "64 MiB, one repetition (what ctest runs); SIZE_GIB and --reps still apply");
+  cli.parse(argc, argv);
+  if (small) {
+    if (sizes_gib.empty()) sizes_gib = {1.0 / 16};
+    if (!cli.given("--reps")) reps = 1;
   }
   if (sizes_gib.empty()) sizes_gib = {1};
+  char poll_label[32];  // the interval as the table shows it: in ms, like every time in it
+  std::snprintf(poll_label, sizeof poll_label, "%g ms", poll_us / 1e3);
   const double page = double(mm_system::page_size());
   const auto pages_of = [&](double gib) { return std::uint64_t(gib * double(1ull << 30) / page); };
 
@@ -196,7 +203,7 @@ int main(int argc, char** argv) {
               "async off / on\n\n");
   std::printf("%-22s %10s %10s %10s %18s %18s %12s\n", "size", "async off", "async on", "reduction", "torn down",
               "memory free", "CPU reaper/");
-  std::printf("%-22s %10s %10s %10s %18s %18s %12s\n", "", "(ms)", "(us)", "", "(ms)", "(ms)", "inline");
+  std::printf("%-22s %10s %10s %10s %18s %18s %12s\n", "", "(ms)", "(ms)", "", "(ms)", "(ms)", "inline");
 
   for (double gib : sizes_gib) {
     const double cap = free_memory() / 2 / double(1ull << 30);
@@ -215,8 +222,8 @@ int main(int argc, char** argv) {
     const auto shown = [](double ms) { return ms < 0 ? std::string("n/a") : std::to_string(ms).substr(0, std::to_string(ms).find('.') + 2); };
     std::snprintf(available, sizeof available, "%s / %s", shown(median(off.available_ms)).c_str(),
                   shown(median(on.available_ms)).c_str());
-    std::printf("%-22s %10.2f %10.1f %9.0fx %18s %18s %12.2f\n", size_label(gib).c_str(), median(off.exit_ms),
-                median(on.exit_ms) * 1e3, median(off.exit_ms) / median(on.exit_ms), torn_down, available,
+    std::printf("%-22s %10.2f %10.4f %9.0fx %18s %18s %12.2f\n", size_label(gib).c_str(), median(off.exit_ms),
+                median(on.exit_ms), median(off.exit_ms) / median(on.exit_ms), torn_down, available,
                 inline_cpu > 0 ? on.reaper_cpu_ms / inline_cpu : 0.0);
     if (poll_us > 0) {
       const row_result polled =
@@ -224,8 +231,8 @@ int main(int argc, char** argv) {
       std::snprintf(torn_down, sizeof torn_down, "%.1f / %.1f", median(off.torn_down_ms), median(polled.torn_down_ms));
       std::snprintf(available, sizeof available, "%s / %s", shown(median(off.available_ms)).c_str(),
                     shown(median(polled.available_ms)).c_str());
-      std::printf("%-22s %10s %10.1f %9.0fx %18s %18s %12.2f\n", (size_label(gib) + ", poll " + std::to_string(int(poll_us)) + "us").c_str(),
-                  "", median(polled.exit_ms) * 1e3, median(off.exit_ms) / median(polled.exit_ms), torn_down, available,
+      std::printf("%-22s %10s %10.4f %9.0fx %18s %18s %12.2f\n", (size_label(gib) + ", poll " + poll_label).c_str(),
+                  "", median(polled.exit_ms), median(off.exit_ms) / median(polled.exit_ms), torn_down, available,
                   inline_cpu > 0 ? polled.reaper_cpu_ms / inline_cpu : 0.0);
     }
   }
@@ -236,10 +243,10 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     const teardown::reaper_stats after = polling.reaper_statistics();
     const double seconds = ms_between(idle_start, clock_type::now()) / 1e3;
-    std::printf("%-22s the idle polling reaper: %.0f us CPU and %.0f timed wake-ups per second; a teardown starts "
-                "up to %.0f us later; its exits made %llu futex wakes\n",
-                "", double(after.worker_cpu_ns - before.worker_cpu_ns) / 1e3 / seconds, double(after.polls - before.polls) / seconds,
-                poll_us, (unsigned long long)after.wakeups);
+    std::printf("%-22s the idle polling reaper: %.1f ms CPU and %.0f timed wake-ups per second; a teardown starts "
+                "up to %s later; its exits made %llu futex wakes\n",
+                "", double(after.worker_cpu_ns - before.worker_cpu_ns) / 1e6 / seconds, double(after.polls - before.polls) / seconds,
+                poll_label, (unsigned long long)after.wakeups);
   }
 
   // Below the threshold the feature must change nothing: both are the inline path.
@@ -249,7 +256,7 @@ int main(int argc, char** argv) {
   const row_result small_off = run_row(kernel, pages_of(small_gib), small_reps, "30 MiB, async off");
   kernel.set_async_mm_teardown(true);
   const row_result small_on = run_row(kernel, pages_of(small_gib), small_reps, "30 MiB, async on");
-  std::printf("%-22s %10.3f %7.3f ms %10s (both inline: %+.1f%%)\n", "30 MiB (below thresh)", median(small_off.exit_ms),
+  std::printf("%-22s %10.3f %10.3f %10s (both inline: %+.1f%%)\n", "30 MiB (below thresh)", median(small_off.exit_ms),
               median(small_on.exit_ms), "",
               (median(small_on.exit_ms) / median(small_off.exit_ms) - 1) * 100);
 

@@ -1,7 +1,10 @@
 // quickstart: four producer threads hand heap-allocated work items to one consumer through a
 // teardown::llist. Producers never block; the consumer wakes only when a push found the list
 // empty, takes everything with one del_all(), runs the items oldest first and frees them.
+// `--producers N` and `--items N` (per producer) change the load; `--help` lists them.
 #include <teardown/llist.hpp>
+
+#include "example_args.hpp"
 
 #include <atomic>
 #include <cstdio>
@@ -14,9 +17,13 @@ struct work_item {
   long payload = 0;
 };
 
-int main() {
-  constexpr int producers = 4;
-  constexpr int items_per_producer = 25'000;
+int main(int argc, char** argv) {
+  int producers = 4;
+  int items_per_producer = 25'000;
+  example::command_line cli("quickstart", "Producer threads hand work items to one consumer through a teardown::llist.");
+  cli.option("--producers", "N", producers, example::between(1, 256), "producer threads");
+  cli.option("--items", "N", items_per_producer, example::between(1, 10'000'000), "items each producer pushes");
+  cli.parse(argc, argv);
   teardown::llist<work_item, &work_item::hook> queue;
   std::atomic<int> wakeups{0};  // the consumer's doorbell: bumped on empty -> non-empty only
   std::atomic<int> producers_done{0};

@@ -23,7 +23,7 @@
 //      2 ms) above what it was before the first spawn, so other programs' noise shows in it.
 //
 // Default: 2 workers of 256 MiB, 10 restarts each way (about 10 s). `--small`: 32 MiB heaps, 4
-// restarts (ctest runs that). `--model` or `--real`: only that half.
+// restarts (ctest runs that). `--model` or `--real`: only that half. `--help` lists them.
 #include <teardown/model/mm.hpp>
 #include <teardown/process.hpp>
 #include <teardown/process_reaper.hpp>
@@ -38,7 +38,6 @@
 #include <csignal>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -46,6 +45,8 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include "example_args.hpp"
 
 namespace {
 
@@ -314,19 +315,18 @@ bool model_half(int workers, int restarts, std::uint64_t heap_mib) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool small = false, model = true, real = true;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--small") == 0) {
-      small = true;
-    } else if (std::strcmp(argv[i], "--model") == 0) {
-      real = false;
-    } else if (std::strcmp(argv[i], "--real") == 0) {
-      model = false;
-    } else {
-      std::fprintf(stderr, "usage: supervisor [--small] [--model | --real]\n");
-      return 2;
-    }
-  }
+  bool small = false, model_only = false, real_only = false;
+  example::command_line cli("supervisor",
+                            "Restarts workers that hold big heaps and measures the respawn latency and peak memory:\n"
+                            "on the model kernel (vm.async_mm_teardown off / on), then on real processes (kill,\n"
+                            "kill + process_mrelease, with a budget wait, shadow teardown). 2 workers of 256 MiB,\n"
+                            "10 restarts each way.");
+  cli.flag("--small", small, "32 MiB heaps, 4 restarts (what ctest runs)");
+  cli.flag("--model", model_only, "only the model kernel half");
+  cli.flag("--real", real_only, "only the real processes half");
+  cli.parse(argc, argv);
+  if (model_only && real_only) cli.refuse("--model and --real exclude each other (give neither for both halves)");
+  const bool model = !real_only, real = !model_only;
   const int workers = 2, restarts = small ? 4 : 10;
   const std::uint64_t heap_mib = small ? 32 : 256;
   bool ok = true;

@@ -24,7 +24,8 @@
 //   own): its trace_domain().
 //
 // Below: one exit on the model kernel for each path (simulated memory, so it takes
-// milliseconds), each event printed as it arrives. Costs are in pages.
+// milliseconds), each event printed as it arrives. Costs are in pages. It takes no options but
+// `--help`.
 #include <teardown/model/mm.hpp>
 
 #include <atomic>
@@ -32,6 +33,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <thread>
+
+#include "example_args.hpp"
 
 namespace {
 
@@ -74,7 +77,12 @@ void on_reject(const trace::reject_event& e) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::command_line cli("trace",
+                            "One exit of the model kernel per teardown decision (queue, reap, sync, reject), each trace\n"
+                            "event printed by an in-process hook as it arrives. The same events are USDT probes\n"
+                            "(provider teardown) for bpftrace, perf or SystemTap: see README.md.");
+  cli.parse(argc, argv);
   std::printf("trace: built with USDT probes: %s\n",
               TEARDOWN_TRACE_USDT ? "yes (teardown:queue, :reap, :sync, :reject)" : "no (<sys/sdt.h> not found)");
   mm_system kernel({.async_mm_teardown = true, .thresh_pages = 10'000, .max_pending_pages = 100'000});

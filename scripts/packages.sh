@@ -35,7 +35,7 @@ build_packages=(cmake ninja-build g++ pkg-config libatomic-ops-dev systemtap-sdt
 # libjemalloc2: shadow_preload_test runs teardown-run under strace -f and with jemalloc preloaded.
 test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev
                libboost-dev libck-dev liburcu-dev spin libc++-dev libc++abi-dev valgrind
-               strace libjemalloc2)
+               strace libjemalloc2 bpftrace)
 
 # What benchmarks/run.sh needs to draw its plots (Debian's python3 with matplotlib).
 plot_packages=(python3-matplotlib)
