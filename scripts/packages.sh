@@ -39,3 +39,9 @@ test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-d
 
 # What benchmarks/run.sh needs to draw its plots (Debian's python3 with matplotlib).
 plot_packages=(python3-matplotlib)
+
+# What scripts/package.sh needs beyond cmake and g++: dpkg-buildpackage and dpkg-deb (dpkg-dev),
+# dh (debhelper). No fakeroot: the packages declare Rules-Requires-Root: no. Its ctests
+# (tests/packaging/) also run lintian on what it built.
+package_packages=(dpkg-dev debhelper)
+package_test_packages=(lintian)
