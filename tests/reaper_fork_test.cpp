@@ -507,27 +507,38 @@ TEST_F(ReaperForkTest, ForkDoesNotWaitForTheItemInFlightAndTheChildLeavesTheBatc
   expect_parent_reaper_works(reaper);
 }
 
-// The same in a pool: worker 0 blocks in fn with the rest of its batch held for stealing.
-// (Worker 1 may have stolen part of the batch from worker 0's queue and run it before the fork.)
+// The same in a pool: worker 0 blocks in fn with the rest of its batch held for stealing, and
+// worker 1 blocks in fn too (so it steals nothing from worker 0's queue before worker 0 takes
+// it: a worker steals only when its own queue is empty).
 TEST_F(ReaperForkTest, ForkDoesNotWaitForAPoolWorkersItemAndTheChildLeavesItsHeldRestToTheParent) {
   auto batch = make_jobs(20);
+  job other_blocker;  // id 0: blocks as batch[0] does
   std::latch release(1);
-  std::atomic<bool> started{false};
+  std::atomic<int> started{0};
   teardown::reaper_pool_options opts;
   opts.workers = 2;
   opts.steal_after = std::chrono::hours(1);  // the rest stays held by worker 0
   opts.worker.name = "fork_pool";
-  teardown::reaper_pool<job, &job::hook, job_fn> pool(first_item_blocks(release, started), opts);
+  teardown::reaper_pool<job, &job::hook, job_fn> pool(
+      [&](job& j) {
+        if (j.id == 0) {
+          started.fetch_add(1);
+          release.wait();
+        }
+        j.runs.fetch_add(1, std::memory_order_relaxed);
+      },
+      opts);
   pool.freeze();
   for (job& j : batch) pool.enqueue_to(0, j);
+  pool.enqueue_to(1, other_blocker);
   pool.thaw();
-  wait_until(started);
+  while (started.load() < 2) std::this_thread::yield();
 
   const int code = run_child([&] {
     child_checks check;
-    const int ran_at_fork = total_runs(batch);
     pool.flush();
-    check.expect(total_runs(batch) == ran_at_fork, "the child left worker 0's batch alone");
+    check.expect(total_runs(batch) == 0, "the child left worker 0's batch alone");
+    check.expect(other_blocker.runs.load() == 0, "and worker 1's item in fn");
     auto own = jobs_from(100, 10);
     for (job& j : own) pool.enqueue(j);
     pool.flush();
@@ -538,6 +549,7 @@ TEST_F(ReaperForkTest, ForkDoesNotWaitForAPoolWorkersItemAndTheChildLeavesItsHel
   release.count_down();
   pool.flush();
   EXPECT_EQ(ran_exactly_once(batch), batch.size()) << "the parent tears down its batch once";
+  EXPECT_EQ(other_blocker.runs.load(), 1);
 }
 
 // The child handler forgets the running worker's batch unread: the batch's jobs are
