@@ -363,6 +363,33 @@ struct two_shard_queue : teardown::sharded_llist<job, &job::hook, flag_pausing_a
   }
 };
 
+// A thread that enqueues `item` onto `shard` and is preempted between the push and the shard's
+// flag: constructed once it is paused there; finish() lets it flag and joins it.
+template <class Reaper>
+class adder_paused_before_flag {
+ public:
+  adder_paused_before_flag(Reaper& reaper, std::size_t shard, job& item)
+      : thread_([this, &reaper, shard, &item] {
+          my_shard = shard;
+          pause_before_flag = &pause_;
+          reaper.enqueue(item);
+        }) {
+    paused_.wait_for_arrival();
+  }
+  adder_paused_before_flag(const adder_paused_before_flag&) = delete;
+  adder_paused_before_flag& operator=(const adder_paused_before_flag&) = delete;
+  ~adder_paused_before_flag() { finish(); }
+  void finish() {
+    paused_.release();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  pause_point paused_;
+  std::function<void()> pause_ = [this] { paused_.arrive_and_wait(); };
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 // In the parent, at fork time: shard 1's flag is set though the shard is empty (its adder Z
 // flagged it after a reap_on_caller had already taken z), and Y's adder pushed onto shard 0
 // and is preempted before its flag; that adder does not exist in the child, so nobody will
@@ -373,26 +400,12 @@ TEST_F(BarrierTest, ForkChildFlushTakesAShardWhoseProducerStoppedBeforeItsFlag) 
   job y, z;
   reaper.freeze();  // the worker takes nothing
 
-  pause_point z_before_flag;
-  std::function<void()> pause_z = [&] { z_before_flag.arrive_and_wait(); };
-  std::thread adder_z([&] {
-    my_shard = 1;
-    pause_before_flag = &pause_z;
-    reaper.enqueue(z);
-  });
-  z_before_flag.wait_for_arrival();
-  EXPECT_EQ(reaper.reap_on_caller([](job&) { return true; }), 1u) << "z taken before its flag";
-  z_before_flag.release();
-  adder_z.join();  // shard 1 is flagged and empty
+  {
+    adder_paused_before_flag adder_z(reaper, 1, z);
+    EXPECT_EQ(reaper.reap_on_caller([](job&) { return true; }), 1u) << "z taken before its flag";
+  }  // shard 1 is flagged and empty
 
-  pause_point y_before_flag;
-  std::function<void()> pause_y = [&] { y_before_flag.arrive_and_wait(); };
-  std::thread adder_y([&] {
-    my_shard = 0;
-    pause_before_flag = &pause_y;
-    reaper.enqueue(y);
-  });
-  y_before_flag.wait_for_arrival();
+  adder_paused_before_flag adder_y(reaper, 0, y);
   const int code = run_child([&] {
     child_checks check;
     reaper.flush();
@@ -400,8 +413,7 @@ TEST_F(BarrierTest, ForkChildFlushTakesAShardWhoseProducerStoppedBeforeItsFlag) 
     return check.exit_code();
   });
   EXPECT_EQ(code, child_ok);
-  y_before_flag.release();
-  adder_y.join();
+  adder_y.finish();
   reaper.thaw();
   reaper.flush();
   EXPECT_EQ(y.runs.load(), 1) << "in the parent";
@@ -420,14 +432,7 @@ TEST_F(BarrierTest, FlushOverAShardedQueueTakesAShardWhoseFlagIsNotSetYet) {
   z.id = 3;
   reaper.freeze();  // the worker takes nothing until the flush's ticket is asked for
 
-  pause_point y_before_flag;
-  std::function<void()> pause = [&] { y_before_flag.arrive_and_wait(); };
-  std::thread adder_y([&] {
-    my_shard = 0;
-    pause_before_flag = &pause;
-    reaper.enqueue(y);
-  });
-  y_before_flag.wait_for_arrival();
+  adder_paused_before_flag adder_y(reaper, 0, y);
   std::thread adder_z([&] {
     my_shard = 1;
     reaper.enqueue(z);  // flags shard 1
@@ -453,8 +458,7 @@ TEST_F(BarrierTest, FlushOverAShardedQueueTakesAShardWhoseFlagIsNotSetYet) {
   second_take.wait_for_arrival();
   flusher.wait_until_returned_or_asleep();
   second_take.release();
-  y_before_flag.release();
-  adder_y.join();
+  adder_y.finish();
   EXPECT_EQ(flusher.join(), 1) << "flush() returned with X still on an unflagged shard";
   worker_take_hook.store(nullptr);
   reaper.stop();

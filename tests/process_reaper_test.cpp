@@ -513,15 +513,19 @@ struct gated {
     while (!open.load()) std::this_thread::sleep_for(100us);
     return teardown::process::process_mrelease_syscall(pidfd, flags);
   }
+  // Closes the gate, kills `victim` through `reaper` (built with mrelease = &gated::mrelease)
+  // and returns true once the worker waits at the gate, holding the victim's charge.
+  [[nodiscard]] static bool kill_into_the_gate(process_reaper& reaper, const pidfd_process& victim) {
+    open = false;
+    entered = 0;
+    return reaper.kill(victim) && teardown_test::eventually([] { return entered.load() == 1; });
+  }
 };
 
 TEST_F(ProcessReaperTest, WaitForBudgetReturnsOnceTheBytesInTeardownAreUnderTheBound) {
-  gated::open = false;
-  gated::entered = 0;
   process_reaper reaper({.mrelease = &gated::mrelease});
   pidfd_process victim = spawn_victim(victim_bytes);
-  EXPECT_TRUE(reaper.kill(victim));
-  ASSERT_TRUE(teardown_test::eventually([] { return gated::entered.load() == 1; }));
+  ASSERT_TRUE(gated::kill_into_the_gate(reaper, victim));
   EXPECT_GE(reaper.bytes_in_teardown(), victim_bytes);
   EXPECT_EQ(reaper.stats().pending, 1u);
   EXPECT_TRUE(reaper.wait_for_budget(reaper.bytes_in_teardown(), 0ms)) << "already at or under the bound";
@@ -538,12 +542,9 @@ TEST_F(ProcessReaperTest, WaitForBudgetReturnsOnceTheBytesInTeardownAreUnderTheB
 // parent's charges. The limit below is a hang guard: a fork still blocked after it has waited
 // for the worker, and the gate is then opened so that the test ends.
 TEST_F(ProcessReaperTest, ForkWhileTheWorkerWaitsInAReleaseDoesNotWaitAndTheChildOwesNothing) {
-  gated::open = false;
-  gated::entered = 0;
   process_reaper reaper({.mrelease = &gated::mrelease});
   pidfd_process victim = spawn_victim(victim_bytes);
-  EXPECT_TRUE(reaper.kill(victim));
-  ASSERT_TRUE(teardown_test::eventually([] { return gated::entered.load() == 1; }));
+  ASSERT_TRUE(gated::kill_into_the_gate(reaper, victim));
   ASSERT_GE(reaper.bytes_in_teardown(), victim_bytes);
   std::atomic<bool> forked{false};
   pid_t child = -1;
