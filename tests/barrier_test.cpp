@@ -509,30 +509,13 @@ TEST_F(BarrierTest, StallWatchdogSeesAnAddThatLandsRightAfterTheWorkersTake) {
   reaper.stop();
 }
 
-// ---- fork while fn calls nice() ----------------------------------------------------------------
+// ---- fork while fn calls into a reaper ------------------------------------------------------------
 
-// fork() parks the worker between items; a teardown function that calls set_nice() (of its own
-// reaper, or nice() of another) on the way must not deadlock it.
-TEST_F(BarrierTest, ForkWhileTheTeardownFunctionCallsNiceDoesNotDeadlock) {
-  // The fork handlers park the reapers in address order: reapers[0] is parked (its control
-  // plane held across the fork) before reapers[1], whose fn calls its nice().
-  std::array<std::optional<job_reaper>, 3> reapers;
-  pause_point in_fn;
-  reapers[0].emplace(counting());
-  reapers[1].emplace([&](job& j) {
-    in_fn.arrive_and_wait();
-    (void)reapers[1]->set_nice(19);
-    (void)reapers[0]->nice();
-    (void)reapers[2]->nice();
-    j.runs.fetch_add(1);
-  });
-  reapers[2].emplace(counting());
-  job_reaper& reaper = *reapers[1];
-  job x;
-  x.id = 1;
-  reaper.enqueue(x);
-  in_fn.wait_for_arrival();
-
+// Forks on another thread while a worker is paused in fn at `in_fn`, waits until that fork()
+// has returned or sleeps (in a handler, waiting for the worker), then lets fn go on. Returns
+// whether fork() had returned before fn went on; the child must exit as specified. A fork
+// that deadlocks hangs in the join (the hang guard reports it).
+bool fork_while_fn_is_paused(pause_point& in_fn) {
   std::atomic<bool> forked{false};
   std::atomic<pid_t> forker_tid{0};
   std::atomic<int> child_status{-1};
@@ -542,12 +525,68 @@ TEST_F(BarrierTest, ForkWhileTheTeardownFunctionCallsNiceDoesNotDeadlock) {
     forked.store(true);
     child_status.store(teardown_test::wait_child(pid));
   });
-  wait_until_returned_or_asleep(forked, forker_tid);  // in the fork handler, waiting for the park
+  wait_until_returned_or_asleep(forked, forker_tid);
+  const bool returned_first = forked.load();
   in_fn.release();
   forker.join();
   EXPECT_EQ(child_status.load(), teardown_test::child_ok);
+  return returned_first;
+}
+
+// With fork_policy::wait_for_item fork() parks the worker between items; a teardown function
+// that calls set_nice() (of its own reaper, or nice() of another) on the way must not deadlock
+// it.
+TEST_F(BarrierTest, ForkWhileTheTeardownFunctionCallsNiceDoesNotDeadlock) {
+  // The fork handlers park the reapers in address order: reapers[0] is parked (its control
+  // plane held across the fork) before reapers[1], whose fn calls its nice().
+  const teardown::reaper_options parking{.on_fork = teardown::fork_policy::wait_for_item};
+  std::array<std::optional<job_reaper>, 3> reapers;
+  pause_point in_fn;
+  reapers[0].emplace(counting(), parking);
+  reapers[1].emplace(
+      [&](job& j) {
+        in_fn.arrive_and_wait();
+        (void)reapers[1]->set_nice(19);
+        (void)reapers[0]->nice();
+        (void)reapers[2]->nice();
+        j.runs.fetch_add(1);
+      },
+      parking);
+  reapers[2].emplace(counting(), parking);
+  job_reaper& reaper = *reapers[1];
+  job x;
+  x.id = 1;
+  reaper.enqueue(x);
+  in_fn.wait_for_arrival();
+  (void)fork_while_fn_is_paused(in_fn);  // the fork waits for the park
   reaper.flush();
   EXPECT_EQ(x.runs.load(), 1);
+}
+
+// By default fork() waits for nothing of the workers': a teardown function that flushes another
+// reaper, or reaps on its caller, while a fork() runs does not deadlock it (parking would hold
+// reapers[0]'s control mutex across the fork and wait for reapers[1]'s worker, which waits for
+// that mutex).
+TEST_F(BarrierTest, ForkWhileTheTeardownFunctionFlushesAnotherReaperDoesNotDeadlock) {
+  std::array<std::optional<job_reaper>, 2> reapers;
+  pause_point in_fn;
+  job y;
+  reapers[0].emplace(counting());
+  reapers[1].emplace([&](job& j) {
+    in_fn.arrive_and_wait();
+    reapers[0]->enqueue(y);
+    reapers[0]->flush();
+    (void)reapers[0]->reap_on_caller([](job&) { return true; });
+    j.runs.fetch_add(1);
+  });
+  job x;
+  x.id = 1;
+  reapers[1]->enqueue(x);
+  in_fn.wait_for_arrival();
+  EXPECT_TRUE(fork_while_fn_is_paused(in_fn)) << "fork() waited for the worker in fn";
+  reapers[1]->flush();
+  EXPECT_EQ(x.runs.load(), 1);
+  EXPECT_EQ(y.runs.load(), 1);
 }
 
 // ---- trace hooks ---------------------------------------------------------------------------------
