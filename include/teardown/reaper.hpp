@@ -40,9 +40,10 @@
 //                        on a caller that races stop(). It must accept distinct items
 //                        concurrently. Calling flush/freeze/stop from fn is refused with
 //                        std::logic_error (it would wait for itself). With
-//                        fork_policy::wait_for_item, fn must not construct or destroy a reaper:
-//                        a fork() on another thread waits for fn to finish while it holds the
-//                        registry of live reapers.
+//                        fork_policy::wait_for_item, fn must not construct or destroy a reaper,
+//                        nor call another reaper's flush, freeze, stop or reap_on_caller: a
+//                        fork() on another thread waits for fn to finish while it holds the
+//                        registry of live reapers and the control mutexes of those it parked.
 //   nice, set_nice       any thread, fn included (this reaper's or another's); take a mutex of
 //                        their own briefly, never the control mutex, so a fork() that parks the
 //                        worker never waits for them.
