@@ -14,7 +14,8 @@
 #   EXPECT    pass    exit 0 only if pan completed the search and printed "errors: 0";
 #             error   a mutant: exit 0 only if pan found an error; its shortest trail is printed.
 #   SPIN_DEFINE  -DNAME[=VALUE] options for spin's preprocessor (configuration, mutants).
-#   PAN_OPTION   extra options for ./pan (e.g. -E: ignore invalid end states).
+#   PAN_OPTION   extra options for ./pan (e.g. -E: ignore invalid end states; -f: weak fairness
+#                in a cycles check; -I: with EXPECT error, a faster approximate shortest trail).
 #
 # Exit status: 0 as expected, 1 not as expected or a tool failed, 77 skipped.
 set -u
@@ -60,8 +61,16 @@ case $mode in
 esac
 case $expect in
   pass) ;;
-  # -DREACH with pan -i: look on for the shortest counterexample, for a readable trail.
-  error) [ "$mode" = safety ] && { ccflags="$ccflags -DREACH"; runflags=-i; } ;;
+  # -DREACH with pan -i: look on for the shortest counterexample, for a readable trail. A
+  # PAN_OPTION -I asks for pan's approximate, faster shortening instead (a large model).
+  error)
+    if [ "$mode" = safety ]; then
+      ccflags="$ccflags -DREACH"
+      case " $panopts " in
+        *" -I "*) ;;
+        *) runflags=-i ;;
+      esac
+    fi ;;
   *) echo "run_spin.sh: EXPECT must be pass or error, not '$expect'" >&2; exit 1 ;;
 esac
 
