@@ -509,6 +509,65 @@ TEST_F(BarrierTest, StallWatchdogSeesAnAddThatLandsRightAfterTheWorkersTake) {
   reaper.stop();
 }
 
+// ---- two settlers after stop ----------------------------------------------------------------------
+
+// Paused on the adding thread, when set: before the add (enqueue has read the state word) and
+// after it (before the kick).
+thread_local std::function<void()>* pause_before_add = nullptr;
+thread_local std::function<void()>* pause_after_add = nullptr;
+
+struct add_pausing_queue : llist<job, &job::hook> {
+  bool add(job& item) noexcept {
+    if (pause_before_add != nullptr) (*std::exchange(pause_before_add, nullptr))();
+    const bool first = llist<job, &job::hook>::add(item);
+    if (pause_after_add != nullptr) (*std::exchange(pause_after_add, nullptr))();
+    return first;
+  }
+};
+
+// X's producer read "running" and is preempted before its add while the reaper stops; it then
+// adds X and is preempted again before its kick. A flush after stop drains X and tears it down
+// (X's fn blocks). The producer's kick reads STOPPED and its own drain finds nothing, so X's
+// enqueue returns. A second flush must wait for the first one's teardown of X: that drain is
+// not a hand, so the second must not flip and wait out the old side while it runs.
+TEST_F(BarrierTest, FlushAfterStopWaitsForAnotherSettlersDrain) {
+  pause_point x_in_fn;
+  teardown::reaper<job, &job::hook, job_fn, add_pausing_queue> reaper([&](job& j) {
+    if (j.id == 1) x_in_fn.arrive_and_wait();
+    j.runs.fetch_add(1);
+  });
+  job x;
+  x.id = 1;
+  pause_point before_add;
+  pause_point after_add;
+  std::function<void()> pause_before = [&] { before_add.arrive_and_wait(); };
+  std::function<void()> pause_after = [&] { after_add.arrive_and_wait(); };
+  std::thread producer([&] {
+    pause_before_add = &pause_before;
+    pause_after_add = &pause_after;
+    reaper.enqueue(x);
+  });
+  before_add.wait_for_arrival();
+  reaper.stop();  // the worker ends before X is on the queue
+  before_add.release();
+  after_add.wait_for_arrival();  // X queued, not kicked
+  blocking_call first([&] {
+    reaper.flush();
+    return x.runs.load();
+  });
+  x_in_fn.wait_for_arrival();  // the first flush's drain took X
+  after_add.release();
+  producer.join();  // X's enqueue returned
+  blocking_call second([&] {
+    reaper.flush();
+    return x.runs.load();
+  });
+  second.wait_until_returned_or_asleep();
+  x_in_fn.release();
+  EXPECT_EQ(second.join(), 1) << "flush() returned while another settler still tore X down";
+  EXPECT_EQ(first.join(), 1);
+}
+
 // ---- fork while fn calls into a reaper ------------------------------------------------------------
 
 // Forks on another thread while a worker is paused in fn at `in_fn`, waits until that fork()

@@ -121,7 +121,9 @@
 // completes the ticket), a flush waits for every reap_on_caller in progress, and after stop
 // every caller that drains inline counts itself in a two-sided hand count that a flush, after
 // its own drain, waits out (each side drains while new callers count on the other, so the
-// wait ends while producers keep going). Over a sharded queue the pass that completes a
+// wait ends while producers keep going; flushers take turns from their drain on, and a
+// reap_on_caller that finds the worker stopped tears its declined items down itself rather
+// than putting them back where a newer hand could take them). Over a sharded queue the pass that completes a
 // ticket sweeps every shard, not only the flagged ones: an adder preempted between its push
 // and its flag must not hide an item that another adder on its shard already flushed.
 //
@@ -1083,6 +1085,15 @@ class reaper final : private detail::fork_participant {
   // began (those passes may have run while this call held the items): the worker's next pass
   // completes them again (see "The barrier"). Runs inside the call's hand.
   void finish_caller_reap(llist_chain<T, Hook>&& declined, std::uint64_t completed_before) noexcept {
+    // Stopped already (an RMW that changes nothing: like the kick below, it is ordered against
+    // the worker's STOPPED exchange): no worker will take them, and a put-back now could hand
+    // an item enqueued before a settling flush to a hand counted after its flip, which that
+    // flush does not wait for. Torn down here instead, inside this call's hand. Not stopped:
+    // this call began before the worker ended, so a flush after stop waits for it
+    // (caller_reaps_) and a put-back is safe.
+    if (!declined.empty() && (state_.fetch_add(0, std::memory_order_acq_rel) & stopped_bit)) {
+      while (T* item = declined.pop_front()) tear_down_inline(*item);
+    }
     const bool requeued = !declined.empty();
     if (requeued) {
       if (queue_.add_batch(std::move(declined))) oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
@@ -1139,7 +1150,7 @@ class reaper final : private detail::fork_participant {
 
   // After the worker ended (or in a fork child): waits for every reap_on_caller in progress,
   // tears down what is queued, then waits out every hand counted before that. Flushers take
-  // turns, so each flip leaves only older hands on the side waited for. False: the deadline
+  // turns from their drain on, so each flip leaves only older hands on the side waited for. False: the deadline
   // passed first.
   bool settle_after_stop(std::chrono::steady_clock::time_point deadline) {
     {
@@ -1151,8 +1162,16 @@ class reaper final : private detail::fork_participant {
         return false;
       }
     }
+    // One settler at a time from its drain on: a settler's own drain is not a hand, so a second
+    // settler must not flip and wait out the old side while the first still tears down what
+    // its drain took (the checks of tests/model/flush_barrier.pml found that schedule).
+    std::unique_lock turn(settle_mutex_, std::defer_lock);
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      turn.lock();
+    } else if (!turn.try_lock_until(deadline)) {
+      return false;
+    }
     drain_inline();
-    const std::lock_guard turn(settle_mutex_);
     // acq_rel: pairs with open_hand (see there).
     const std::uint64_t before = inline_hands_.fetch_xor(hand_side_bit, std::memory_order_acq_rel);
     const std::uint64_t side_mask = (before & hand_side_bit) != 0 ? (std::uint64_t{0x7fffffff} << 32) : 0xffffffffu;
@@ -1359,7 +1378,7 @@ class reaper final : private detail::fork_participant {
     caller_reaps_ = 0;
     // nice_mutex_ is not held across fork (see "Fork"): a thread that held it is not here.
     new (&nice_mutex_) std::mutex;
-    new (&settle_mutex_) std::mutex;
+    new (&settle_mutex_) std::timed_mutex;
     // The parked worker was a waiter on control_changed_; it does not exist here, and glibc's
     // pthread_cond_destroy would wait for it forever. Start over with a fresh one.
     new (&control_changed_) std::condition_variable;
@@ -1436,7 +1455,7 @@ class reaper final : private detail::fork_participant {
 
   // See open_hand: bit 63 the side new hands count on, bits 0-31 side 0's count, 32-62 side 1's.
   std::atomic<std::uint64_t> inline_hands_{0};
-  std::mutex settle_mutex_;  // flushers after stop take turns (settle_after_stop)
+  std::timed_mutex settle_mutex_;  // flushers after stop take turns (settle_after_stop)
   // Guards nice_ and worker_tid_; never held across fork() nor by the control plane, so fn may
   // call nice()/set_nice() of any reaper while a fork() parks its worker.
   mutable std::mutex nice_mutex_;

@@ -96,26 +96,26 @@
  *                              an item whose producer has not kicked yet and returns; stop()
  *                              returns before that kick's drain.
  *
- * THE CODE AS IT STANDS, AND TWO CHANGES THE CHECKS NEED (STOPPER)
- *   Modelled as reaper.hpp has them, settle_after_stop and finish_caller_reap let a flush (or
- *   stop) return before an item enqueued before it was torn down; SPIN finds both:
- *   - settle_after_stop drains the queue before it takes its turn (settle_mutex_) and that
- *     drain is not a hand. A stop and a flush settling side by side: the first has taken an
- *     item and not yet torn it down; the second drains nothing, flips, finds the old side
- *     empty and returns. -DFIX_SETTLE_TURN_FIRST takes the turn before the drain.
- *   - finish_caller_reap puts declined items back and only then learns, from its kick, that
- *     the worker has stopped. A reap_on_caller that began after the flusher's caller_reaps
- *     wait counted its hand on the old side, took an item enqueued before the flush, and puts
- *     it back after the flip; a producer whose hand is on the new side takes it and the
- *     flusher returns. -DFIX_PUT_BACK_CHECKS_STOPPED reads the state word with an RMW first
- *     and, when it says STOPPED, tears the declined items down here instead of putting them
- *     back (a put-back that reads "not stopped" is older than the worker's end, so a flush
- *     after stop waits for it in caller_reaps).
- *   With both changes every STOPPER configuration registered passes; without either, the
- *   gap.* checks (EXPECT_ERROR) show the counterexample.
- *
+ * TWO RULES AFTER STOP THAT THE CHECKS FOUND (STOPPER)
+ *   An earlier version of reaper.hpp let a flush (or stop) return before an item enqueued
+ *   before it was torn down; SPIN found both schedules, and the code now has both rules:
+ *   - settle_after_stop takes its turn (settle_mutex_) before it drains, since that drain is
+ *     not a hand. -DMUTANT_DRAIN_BEFORE_TURN drains first: a stop and a flush settling side by
+ *     side, the first has taken an item and not yet torn it down; the second drains nothing,
+ *     flips, finds the old side empty and returns.
+ *   - finish_caller_reap reads the state word with an RMW first and, when it says STOPPED,
+ *     tears the declined items down itself instead of putting them back (a put-back that reads
+ *     "not stopped" is older than the worker's end, so a flush after stop waits for it in
+ *     caller_reaps). -DMUTANT_PUT_BACK_AFTER_STOP puts them back and learns from its kick that
+ *     the worker stopped: a reap_on_caller that began after the flusher's caller_reaps wait
+ *     counted its hand on the old side, took an item enqueued before the flush, and puts it
+ *     back after the flip; a producer whose hand is on the new side takes it and the flusher
+ *     returns.
+ *   (-DFIX_SETTLE_DRAIN_COUNTED, counting the settler's drain as a hand instead of taking the
+ *   turn first, is another way out of the first schedule.)
+
  * RUNNING IT BY HAND (in a scratch directory, e.g. /tmp/m)
- *     spin -a [-DSTOPPER [-DFIX_SETTLE_TURN_FIRST -DFIX_PUT_BACK_CHECKS_STOPPED]] [-DNPROD=2 -DIPP=1 -DNFLUSH=1 -DNREAP=1] [-DMUTANT_...] flush_barrier.pml
+ *     spin -a [-DSTOPPER] [-DNPROD=2 -DIPP=1 -DNFLUSH=1 -DNREAP=1] [-DMUTANT_...] flush_barrier.pml
  *     cc -O2 -DSAFETY -o pan pan.c && ./pan -m100000     # assertions + invalid end states
  *     spin -a -DLIVENESS flush_barrier.pml
  *     cc -O2 -DNP -o pan pan.c && ./pan -l -f -m100000   # property 4
@@ -245,7 +245,7 @@ inline settle(batch, old, my_side) {
 #ifndef MUTANT_SETTLE_NO_CALLER_WAIT
   caller_reaps == 0;
 #endif
-#if defined(FIX_SETTLE_TURN_FIRST)
+#if !defined(MUTANT_DRAIN_BEFORE_TURN) && !defined(FIX_SETTLE_DRAIN_COUNTED)
   atomic { !settle_busy -> settle_busy = true };
   drain_inline(batch);
   skip;
@@ -409,7 +409,7 @@ proctype caller() {
      };
      /* finish_caller_reap */
      if
-#ifdef FIX_PUT_BACK_CHECKS_STOPPED
+#ifndef MUTANT_PUT_BACK_AFTER_STOP
      :: declined != 0 && stopped ->   /* an RMW read STOPPED first: tear down, put nothing back */
         d_step { tear_down(declined); declined = 0 }
      :: declined != 0 && !stopped ->
