@@ -115,7 +115,11 @@
 // the queue, in the worker's batch, in the rest of a batch that a pool sibling stole, in the
 // hands of a reap_on_caller (taken, or declined and put back), or being torn down inline by
 // a caller after stop(). flush_for says true only under the same condition. stop() and a
-// stop_for that says true promise the same for every item enqueued before they returned.
+// stop_for that says true promise the same for every item whose enqueue returned before they
+// were called (not before they returned: an enqueue that read the state word before the
+// worker's end may add its item behind another producer's kick that is still to come, and
+// return before that kick's drain; tests/model/flush_barrier.pml checks the promise as it is
+// written here).
 // One mechanism gives all of it: a worker pass completes a flush ticket only if nothing went
 // back on the queue since the pass took it (a put-back invalidates the pass; a later pass
 // completes the ticket), a flush waits for every reap_on_caller in progress, and after stop
