@@ -1169,11 +1169,16 @@ class reaper final : private detail::fork_participant {
     // One settler at a time from its drain on: a settler's own drain is not a hand, so a second
     // settler must not flip and wait out the old side while the first still tears down what
     // its drain took (the checks of tests/model/flush_barrier.pml found that schedule).
+    // A deadline is polled, not passed to a timed lock: the sanitizers' runtimes do not all
+    // intercept pthread_mutex_clocklock.
     std::unique_lock turn(settle_mutex_, std::defer_lock);
     if (deadline == std::chrono::steady_clock::time_point::max()) {
       turn.lock();
-    } else if (!turn.try_lock_until(deadline)) {
-      return false;
+    } else {
+      while (!turn.try_lock()) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
     }
     drain_inline();
     // acq_rel: pairs with open_hand (see there).
@@ -1382,7 +1387,7 @@ class reaper final : private detail::fork_participant {
     caller_reaps_ = 0;
     // nice_mutex_ is not held across fork (see "Fork"): a thread that held it is not here.
     new (&nice_mutex_) std::mutex;
-    new (&settle_mutex_) std::timed_mutex;
+    new (&settle_mutex_) std::mutex;
     // The parked worker was a waiter on control_changed_; it does not exist here, and glibc's
     // pthread_cond_destroy would wait for it forever. Start over with a fresh one.
     new (&control_changed_) std::condition_variable;
@@ -1459,7 +1464,7 @@ class reaper final : private detail::fork_participant {
 
   // See open_hand: bit 63 the side new hands count on, bits 0-31 side 0's count, 32-62 side 1's.
   std::atomic<std::uint64_t> inline_hands_{0};
-  std::timed_mutex settle_mutex_;  // flushers after stop take turns (settle_after_stop)
+  std::mutex settle_mutex_;  // flushers after stop take turns (settle_after_stop)
   // Guards nice_ and worker_tid_; never held across fork() nor by the control plane, so fn may
   // call nice()/set_nice() of any reaper while a fork() parks its worker.
   mutable std::mutex nice_mutex_;

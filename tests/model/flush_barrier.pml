@@ -409,7 +409,7 @@ proctype caller() {
      };
      /* finish_caller_reap */
      if
-#ifndef MUTANT_PUT_BACK_AFTER_STOP
+#if defined(STOPPER) && !defined(MUTANT_PUT_BACK_AFTER_STOP)
      :: declined != 0 && stopped ->   /* an RMW read STOPPED first: tear down, put nothing back */
         d_step { tear_down(declined); declined = 0 }
      :: declined != 0 && !stopped ->
