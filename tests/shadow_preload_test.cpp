@@ -71,11 +71,13 @@ for line in sys.stdin:
     command = line.split()
     if command[0] == "fork":
         child = os.fork()
+        # One write(2) per line (atomic on a pipe): parent and child share stdout, and print's
+        # pieces of two processes may interleave.
         if child == 0:
-            print("child", os.getpid(), flush=True)
+            os.write(1, b"child %d\n" % os.getpid())
             while True:
                 signal.pause()
-        print("forked", child, flush=True)
+        os.write(1, b"forked %d\n" % child)
     elif command[0] == "reap":
         os.kill(int(command[1]), signal.SIGKILL)
         print("reaped", os.waitpid(int(command[1]), 0)[0], flush=True)
