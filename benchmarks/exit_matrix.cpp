@@ -84,6 +84,13 @@
 //   poll_price        a bare reaper idle for 1 s at poll intervals 0 (the wake), 100 us, the
 //                     chosen one and 10 ms: its CPU per second and timed wake-ups per second,
 //                     then the time from an enqueue to fn starting.
+//   busy_machine      the first size on a busy machine: --busy processes (one per CPU by
+//                     default) spin at nice 0 while the teardown runs inline, deferred to a
+//                     nice-19 reaper that is never boosted (boost_after 0), and deferred with the
+//                     default options (a flush that waits raises the worker). The exit_breakdown
+//                     columns, plus spinners_lost_cpu_ms (the spinners' CPU rate over the 200 ms
+//                     before the exit, times exit() start -> flush() returned, less the CPU they
+//                     got in that window) and lost_cpu_vs_teardown_cpu.
 //
 // The memory rule: nothing populates more than --mem-fraction (0.6) of MemAvailable, read just
 // before each row. A row that does not fit is "skipped" with the reason and no measurements; the
@@ -114,11 +121,13 @@
 //      shadow_peer       size_gib, shadow (bool), kill_to_waitpid_ms {S}, [shadow_teardown_ms {S},
 //                        memory_held_by_shadow]
 //      exit_breakdown,   size_gib, kernel, exit_path_us {S}, [bookkeeping_us {S},
-//      placement         enqueue_and_wake_us {S}, teardown_start_delay_us {S}], worker_idle_ms {S},
+//      placement,        enqueue_and_wake_us {S}, teardown_start_delay_us {S}], worker_idle_ms {S},
+//      busy_machine
 //                        torn_down_ms {S}, memory_back_ms {S}, teardown_cpu_ms {S},
 //                        cal_interrupts {S}, res_interrupts {S}, worker_context_switches {S},
 //                        exit_fraction_of_inline, torn_down_vs_inline, memory_back_vs_inline,
-//                        cpu_vs_inline, reps
+//                        cpu_vs_inline, reps; busy_machine also spinners_lost_cpu_ms {S},
+//                        lost_cpu_vs_teardown_cpu
 //      exit_breakdown_warm  size_gib, kernel, exit_path_us {S}, bookkeeping_us {S},
 //                        enqueue_and_wake_us {S}, samples
 //      wake_vs_idle      idle_ms, policy, enqueue_ns {S}, teardown_start_us {S},
@@ -191,7 +200,7 @@ constexpr const char* kSeedSource = "seed 000 cover letter, bare metal 32 CPUs";
 
 constexpr std::string_view kRowKinds[] = {"exit_latency", "simultaneous",     "below_threshold", "drain",
                                           "cpu_conservation", "shadow_peer", "exit_breakdown", "wake_vs_idle",
-                                          "poll_price",   "placement"};
+                                          "poll_price",   "placement", "busy_machine"};
 
 struct options {
   std::string out;  // empty: stdout
@@ -204,6 +213,7 @@ struct options {
   double cpu_size_gib = 4;  // the seed's five 4GB teardowns
   double mem_fraction = 0.6;
   double poll_interval_us = 1000;  // the polling kernel's reaper_options::poll_interval
+  int busy = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));  // busy_machine's spinners
   bool quick = false;
   std::vector<std::string> rows{std::begin(kRowKinds), std::end(kRowKinds)};
 
@@ -213,9 +223,9 @@ struct options {
 constexpr const char* kUsage =
     "usage: exit_matrix [--out FILE] [--reps N] [--sizes 1,4,16] [--m 8,16,32] [--quick]\n"
     "                   [--rows exit_latency,simultaneous,below_threshold,drain,cpu_conservation,shadow_peer,\n"
-    "                           exit_breakdown,placement,wake_vs_idle,poll_price]\n"
+    "                           exit_breakdown,placement,wake_vs_idle,poll_price,busy_machine]\n"
     "                   [--each GIB] [--below-reps N] [--drain-backlog GIB] [--cpu-size GIB]\n"
-    "                   [--mem-fraction F] [--poll-interval-us US]\n"
+    "                   [--mem-fraction F] [--poll-interval-us US] [--busy N]\n"
     "  --out FILE          write the JSON there (default: stdout)\n"
     "  --reps N            repetitions per row (default 3)\n"
     "  --sizes LIST        GiB per process for exit_latency and shadow_peer (default 1,4,16)\n"
@@ -226,6 +236,7 @@ constexpr const char* kUsage =
     "  --cpu-size GIB      each of cpu_conservation's five teardowns (default 4, as the seed)\n"
     "  --mem-fraction F    populate at most F of MemAvailable (default 0.6)\n"
     "  --poll-interval-us US  the polling kernel's reaper poll_interval (default 1000)\n"
+    "  --busy N            busy_machine's spinning processes (default: one per CPU)\n"
     "  --quick             smoke test in seconds: sizes 0.25, M 2,4, each 0.25, reps 1,\n"
     "                      below-reps 5, drain-backlog 1, cpu-size 0.25 (other flags override)\n"
     "  --rows LIST         run only these row kinds\n";
@@ -270,6 +281,8 @@ options parse_options(int argc, char** argv) {
       if (opts.mem_fraction > 0.95) kCommandLine.usage_error("--mem-fraction: at most 0.95");
     } else if (name == "--poll-interval-us") {
       opts.poll_interval_us = kCommandLine.positive(name, value);
+    } else if (name == "--busy") {
+      opts.busy = kCommandLine.count(name, value);
     } else if (name == "--rows") {
       opts.rows.clear();
       for (const std::string& part : teardown_bench::split_list(value)) {
@@ -537,6 +550,7 @@ class matrix {
     if (opts_.wants("wake_vs_idle")) wake_vs_idle();
     if (opts_.wants("poll_price")) poll_price();
     if (opts_.wants("placement")) placement();
+    if (opts_.wants("busy_machine")) busy_machine();
   }
 
   json_object machine(std::uint64_t available_at_start) const {
@@ -1220,6 +1234,9 @@ class matrix {
     double cal = 0, res = 0;         // function-call and rescheduling interrupts, all CPUs,
                                      // exit() start -> flush() returned
     double worker_switches = 0;      // the worker's context switches in that window
+    double spinners_lost_ms = NAN;   // busy_machine: the CPU the spinners would have had in that
+                                     // window at their rate over the 200 ms before, less what
+                                     // they got
     bool timed_out = false;
     std::optional<teardown::decision> decided;
   };
@@ -1236,6 +1253,10 @@ class matrix {
     const std::uint64_t cal_before = interrupts_named("CAL"), res_before = interrupts_named("RES");
     g_queue_reached_ns.store(0);
     g_reap_wait_ns.store(0);
+    // The spinners' own rate just before (other load on the machine takes its share of them
+    // too): what they lose to the teardown is measured against it.
+    const double spinners_rate = busy_ != nullptr ? busy_->cpu_per_ms(std::chrono::milliseconds(200)) : 0;
+    const double spinners_before = busy_ != nullptr ? busy_->cpu_ms() : 0;
     const double cpu_before = thread_cpu_ms();
     const auto start = clock_type::now();
     const std::uint64_t start_ns = teardown::detail::monotonic_ns();
@@ -1244,6 +1265,9 @@ class matrix {
     const double exit_cpu = thread_cpu_ms() - cpu_before;
     kernel.flush();
     s.torn_down_ms = ms_between(start, clock_type::now());
+    if (busy_ != nullptr) {
+      s.spinners_lost_ms = spinners_rate * s.torn_down_ms - (busy_->cpu_ms() - spinners_before);
+    }
     // The counters cover exit() start -> flush() returned: the teardown, not the wait below.
     s.cal = static_cast<double>(interrupts_named("CAL") - cal_before);
     s.res = static_cast<double>(interrupts_named("RES") - res_before);
@@ -1334,6 +1358,7 @@ class matrix {
         put("cal_interrupts", &teardown_sample::cal);
         put("res_interrupts", &teardown_sample::res);
         put("worker_context_switches", &teardown_sample::worker_switches);
+        put("spinners_lost_cpu_ms", &teardown_sample::spinners_lost_ms);
         const double exit = median_of(i, &teardown_sample::exit_us);
         const double back = median_of(i, &teardown_sample::memory_back_ms);
         const double torn = median_of(i, &teardown_sample::torn_down_ms);
@@ -1343,6 +1368,12 @@ class matrix {
             .set("memory_back_vs_inline", back / inline_back)
             .set("cpu_vs_inline", cpu / inline_cpu)
             .set("reps", static_cast<int>(samples[i].size()));
+        const double lost = median_of(i, &teardown_sample::spinners_lost_ms);
+        if (!std::isnan(lost)) {
+          row.set("lost_cpu_vs_teardown_cpu", lost / cpu);
+          table_.push_back(strprintf("                  %6.3g  %-18s the spinners lost %.1f ms of CPU meanwhile: %.2f x the teardown's",
+                                     gib, kernels[i].label.c_str(), lost, lost / cpu));
+        }
         table_.push_back(strprintf(
             "                  %6.3g  %-18s %9.2f  1/%-7.0f %7.2f %8.2f %9.1f  %7.1f %6.3f  %7.1f %6.3f  %7.1f %6.3f  %5.0f %5.0f %5.0f",
             gib, kernels[i].label.c_str(), exit, inline_exit / exit, median_of(i, &teardown_sample::bookkeeping_us),
@@ -1433,6 +1464,30 @@ class matrix {
     const auto poll = std::chrono::nanoseconds(static_cast<std::int64_t>(opts_.poll_interval_us * 1e3));
     kernels.push_back(make_kernel("poll_same_cpu", true, {.name = "mmr_poll_same", .cpus = {0}, .poll_interval = poll}, 0));
     teardown_rows("placement", gib, kernels);
+  }
+
+  // The same teardown on a busy machine: opts_.busy processes spin at nice 0 (one per CPU by
+  // default) while it runs inline, deferred to a nice-19 reaper that is never boosted, and
+  // deferred with the default options (the flush that waits raises the worker: reaper.hpp,
+  // "Boost"). Beside memory back and the teardown's CPU, what the spinners lost meanwhile.
+  void busy_machine() {
+    heading(strprintf(kTeardownHeading, "busy_machine").c_str());
+    const double gib = opts_.sizes_gib.front();
+    std::vector<labelled_kernel> kernels;
+    kernels.push_back(make_kernel("inline", false, {.name = "mmr_busy_inl"}));
+    kernels.push_back(make_kernel("deferred_no_boost", true, {.name = "mmr_busy_nb", .boost_after = std::chrono::nanoseconds(0)}));
+    kernels.push_back(make_kernel("deferred_boost", true, {.name = "mmr_busy_boost"}));
+    {
+      const teardown_bench::cpu_hogs hogs(opts_.busy);
+      busy_ = &hogs;
+      teardown_rows("busy_machine", gib, kernels);
+      busy_ = nullptr;
+    }
+    for (std::size_t i = 1; i < kernels.size(); ++i) {
+      table_.push_back(strprintf("                  %6.3g  %-18s %d spinners at nice 0; the worker was boosted %llu times",
+                                 gib, kernels[i].label.c_str(), opts_.busy,
+                                 static_cast<unsigned long long>(kernels[i].kernel->reaper_statistics().boosts)));
+    }
   }
 
   // ---- wake_vs_idle and poll_price: a bare reaper, a trivial item ----
@@ -1548,6 +1603,7 @@ class matrix {
   }
 
   options opts_;
+  const teardown_bench::cpu_hogs* busy_ = nullptr;  // busy_machine's spinners while it runs
   memory_gauge mem_;
   std::vector<json_object> rows_;
   std::vector<std::string> table_;

@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -280,6 +281,28 @@ class cpu_hogs {
   }
   cpu_hogs(const cpu_hogs&) = delete;
   cpu_hogs& operator=(const cpu_hogs&) = delete;
+
+  // Their CPU per wall-clock ms over the next `window` (the calling thread sleeps through it).
+  double cpu_per_ms(std::chrono::milliseconds window) const {
+    const double before = cpu_ms();
+    const auto start = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(window);
+    const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return (cpu_ms() - before) / wall;
+  }
+
+  // The spinners' CPU time so far, all together, in ms (from each child's CPU clock).
+  double cpu_ms() const {
+    double total = 0;
+    for (const pid_t pid : pids_) {
+      clockid_t clock{};
+      timespec ts{};
+      if (clock_getcpuclockid(pid, &clock) == 0 && clock_gettime(clock, &ts) == 0) {
+        total += static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+      }
+    }
+    return total;
+  }
   ~cpu_hogs() {
     for (const pid_t pid : pids_) kill(pid, SIGKILL);
     for (const pid_t pid : pids_) {

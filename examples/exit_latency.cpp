@@ -17,12 +17,17 @@
 // never makes the futex wake; the row's price line gives the idle reaper's CPU and wake-ups per
 // second and how much later a teardown starts.
 // plus a process below the threshold (the sync path with the feature on and off) and the
-// compile-time-off build (basic_mm_system<const_key<false>>, the kernel's CONFIG=n).
+// compile-time-off build (basic_mm_system<const_key<false>>, the kernel's CONFIG=n). Last, a
+// busy machine: one process per CPU (--busy) spins at nice 0 while the first size is exited
+// inline, deferred to a nice-19 mm_reaper that is never boosted, and deferred with the default
+// options, under which the flush that waits for the teardown raises the reaper to its own nice
+// (reaper.hpp, "Boost"); it prints memory free, the teardown's CPU and the CPU the spinners lost.
 //
 //   exit_latency                 1 GiB, 3 repetitions (medians)
 //   exit_latency 0.5 2 --reps 5  sizes in GiB; each capped at half of the free memory
 //   exit_latency --small         64 MiB, 1 repetition (ctest)
 //   exit_latency --poll-interval 10000   the polling row with a 10 ms interval (in us; 0: none)
+//   exit_latency --busy 0        leaves the busy-machine rows out
 //   exit_latency --help          the options
 // Every time in the table is in milliseconds (the async-on exit path with four decimals: it is
 // tens of microseconds).
@@ -39,6 +44,9 @@
 #include <thread>
 #include <vector>
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "example_args.hpp"
@@ -83,12 +91,64 @@ double median(std::vector<double> values) {
   return values.empty() ? 0 : values[values.size() / 2];
 }
 
+// --busy: processes that spin at our nice value until destroyed (then killed and reaped; they
+// also die with us: PR_SET_PDEATHSIG).
+class spinners {
+ public:
+  explicit spinners(int count) {
+    std::fflush(nullptr);
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        volatile unsigned long spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  spinners(const spinners&) = delete;
+  spinners& operator=(const spinners&) = delete;
+  ~spinners() {
+    for (const pid_t pid : pids_) kill(pid, SIGKILL);
+    for (const pid_t pid : pids_) waitpid(pid, nullptr, 0);
+  }
+  int count() const { return static_cast<int>(pids_.size()); }
+  // Their CPU per wall-clock ms over the next `window` (this thread sleeps through it).
+  double cpu_per_ms(std::chrono::milliseconds window) const {
+    const double before = cpu_ms();
+    const auto start = clock_type::now();
+    std::this_thread::sleep_for(window);
+    return (cpu_ms() - before) / ms_between(start, clock_type::now());
+  }
+  // Their CPU time so far, all together (each child's CPU clock).
+  double cpu_ms() const {
+    double total = 0;
+    for (const pid_t pid : pids_) {
+      clockid_t clock{};
+      timespec ts{};
+      if (clock_getcpuclockid(pid, &clock) == 0 && clock_gettime(clock, &ts) == 0) {
+        total += double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
+      }
+    }
+    return total;
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+// While a row runs on a busy machine: the spinners, whose CPU measure_exit samples.
+const spinners* busy_spinners = nullptr;
+
 struct sample {
   double exit_ms = 0;       // the exiting thread's mmput_exit
   double torn_down_ms = 0;  // until the teardown is done
   double available_ms = 0;  // until free memory recovered
   double exit_cpu_ms = 0;   // CPU of the exiting thread in that call
   double reaper_cpu_ms = 0; // CPU of the reaper from that call until the teardown was done
+  double spinners_lost_ms = 0;  // busy rows: the spinners' CPU that (call -> torn down) would have
+                                // given them at their rate just before, less what they got
 };
 
 // Progress goes to a terminal only: "\r" lines would litter a log.
@@ -110,6 +170,10 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
 
   sample s;
   const std::uint64_t reaper_cpu_start = kernel.reaper_statistics().worker_cpu_ns;
+  // The spinners' own rate just before (other load on the machine takes its share of them
+  // too): what they lose to the teardown is measured against it.
+  const double spinners_rate = busy_spinners != nullptr ? busy_spinners->cpu_per_ms(std::chrono::milliseconds(200)) : 0;
+  const double spinners_start = busy_spinners != nullptr ? busy_spinners->cpu_ms() : 0;
   const double cpu_start = thread_cpu_ms();
   const auto start = clock_type::now();
   task->exit();
@@ -117,6 +181,9 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
   s.exit_cpu_ms = thread_cpu_ms() - cpu_start;
   kernel.flush();  // the teardown is done once this returns
   s.torn_down_ms = ms_between(start, clock_type::now());
+  if (busy_spinners != nullptr) {
+    s.spinners_lost_ms = spinners_rate * s.torn_down_ms - (busy_spinners->cpu_ms() - spinners_start);
+  }
   // Only this window: a polling reaper's CPU while it idles is its price, shown apart.
   s.reaper_cpu_ms = double(kernel.reaper_statistics().worker_cpu_ns - reaper_cpu_start) / 1e6;
   // Other activity on the machine moves free memory too, hence the slack. Bounded: 10 s; a
@@ -132,7 +199,7 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
 }
 
 struct row_result {
-  std::vector<double> exit_ms, torn_down_ms, available_ms, exit_cpu_ms;
+  std::vector<double> exit_ms, torn_down_ms, available_ms, exit_cpu_ms, spinners_lost_ms;
   double reaper_cpu_ms = 0;
 };
 
@@ -147,6 +214,7 @@ row_result run_row(System& kernel, std::uint64_t pages, int reps, const char* la
     r.available_ms.push_back(s.available_ms);
     r.exit_cpu_ms.push_back(s.exit_cpu_ms);
     r.reaper_cpu_ms += s.reaper_cpu_ms;
+    r.spinners_lost_ms.push_back(s.spinners_lost_ms);
   }
   return r;
 }
@@ -165,6 +233,7 @@ int main(int argc, char** argv) {
   int reps = 3;
   double poll_us = 1000;
   bool small = false;
+  int busy = static_cast<int>(std::thread::hardware_concurrency());
   example::command_line cli("exit_latency",
                             "The exit-path latency of the model kernel on real memory: vm.async_mm_teardown off and on,\n"
                             "a reaper that polls its queue, a process below the threshold and the compile-time-off\n"
@@ -174,6 +243,8 @@ int main(int argc, char** argv) {
   cli.option("--reps", "N", reps, example::between(1, 1000), "repetitions per row; the table shows medians");
   cli.option("--poll-interval", "US", poll_us, example::between(0.0, 1e6),
              "the polling reaper's interval in microseconds; 0 leaves its row out");
+  cli.option("--busy", "N", busy, example::between(0, 1024),
+             "processes spinning at nice 0 for the busy-machine rows (default: one per CPU; 0 leaves them out)");
   cli.flag("--small", small, "64 MiB, one repetition (what ctest runs); SIZE_GIB and --reps still apply");
   cli.parse(argc, argv);
   if (small) {
@@ -265,6 +336,44 @@ int main(int argc, char** argv) {
   const row_result control = run_row(compiled_out, pages_of(control_gib), reps, "compile-time off");
   std::printf("%-22s %10.2f %10s   (const_key<false>: the deferred path compiled out)\n",
               (size_label(control_gib) + ", =n build").c_str(), median(control.exit_ms), "-");
+
+  if (busy > 0) {
+    // A busy machine: the same exit inline, deferred to a reaper that is never boosted, and
+    // deferred with the default options (a flush that waits boosts the reaper).
+    mm_system unboosted({.async_mm_teardown = true,
+                         .max_pending_pages = mm_system::default_max_pending_pages() * 3,
+                         .reaper = {.name = "mm_reaper_nb", .boost_after = std::chrono::nanoseconds(0)}});
+    const std::uint64_t pages = pages_of(control_gib);
+    const std::uint64_t boosts_before = kernel.reaper_statistics().boosts;
+    const spinners spin(busy);
+    busy_spinners = &spin;
+    kernel.set_async_mm_teardown(false);
+    const row_result off = run_row(kernel, pages, reps, "busy, async off");
+    const row_result slow = run_row(unboosted, pages, reps, "busy, async on, no boost");
+    kernel.set_async_mm_teardown(true);
+    const row_result boosted = run_row(kernel, pages, reps, "busy, async on, boost");
+    busy_spinners = nullptr;
+    double inline_cpu = 0;
+    for (double ms : off.exit_cpu_ms) inline_cpu += ms;
+    std::printf("\nbusy machine: %d processes spinning at nice 0 on %u CPUs, %s, medians (ms)\n", spin.count(),
+                std::thread::hardware_concurrency(), size_label(control_gib).c_str());
+    std::printf("%-22s %10s %12s %12s %12s %14s %14s\n", "", "exit path", "memory free", "of inline", "teardown CPU",
+                "spinners lost", "lost/teardown");
+    const auto busy_row = [&](const char* label, const row_result& r, double teardown_cpu_total) {
+      const double cpu = teardown_cpu_total / double(reps);
+      const double back = median(r.available_ms), back_inline = median(off.available_ms);
+      std::printf("%-22s %10.4f %12s %12s %12.1f %14.1f %14.2f\n", label, median(r.exit_ms),
+                  back < 0 ? "n/a" : std::to_string(int(back + 0.5)).c_str(),
+                  back < 0 || back_inline < 0 ? "n/a" : (std::to_string(back / back_inline).substr(0, 4) + "x").c_str(),
+                  cpu, median(r.spinners_lost_ms), cpu > 0 ? median(r.spinners_lost_ms) / cpu : 0.0);
+    };
+    busy_row("async off", off, inline_cpu);
+    busy_row("async on, no boost", slow, slow.reaper_cpu_ms);
+    busy_row("async on (boost)", boosted, boosted.reaper_cpu_ms);
+    std::printf("%-22s the default reaper was boosted %llu times; \"memory free\" waits for the flush, as a\n"
+                "%-22s program that needs the memory back does\n",
+                "", (unsigned long long)(kernel.reaper_statistics().boosts - boosts_before), "");
+  }
 
   const teardown::model::vmstat v = kernel.vmstat();
   std::printf("\nvmstat: queued %llu, sync %llu, rejected %llu, reaped %llu, pending %llu pages\n",

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -533,6 +534,29 @@ TEST_F(ProcessReaperTest, WaitForBudgetReturnsOnceTheBytesInTeardownAreUnderTheB
   gated::open = true;
   EXPECT_TRUE(reaper.wait_for_budget(0, 60s));
   EXPECT_EQ(reaper.bytes_in_teardown(), 0u);
+  EXPECT_EQ(victim.wait().signal, SIGKILL);
+}
+
+// A wait_for_budget that waits past the worker's boost_after raises a worker configured below
+// the waiter's priority (reaper.hpp, "Boost"), and the drained worker lowers itself again.
+TEST_F(ProcessReaperTest, AWaitForBudgetThatWaitsRaisesTheWorkerUntilItIsDrained) {
+  errno = 0;
+  const int waiter_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  if (waiter_nice >= 19) GTEST_SKIP() << "the test runs at nice 19: no waiter is more urgent than the worker";
+  process_reaper reaper({.nice = 19, .mrelease = &gated::mrelease});
+  pidfd_process victim = spawn_victim(victim_bytes);
+  ASSERT_TRUE(gated::kill_into_the_gate(reaper, victim));
+  if (reaper.stats().worker.setup_warnings & teardown::setup_warning_nice) {
+    gated::open = true;
+    GTEST_SKIP() << "setpriority(19) was refused";
+  }
+  std::thread waiter([&] { EXPECT_TRUE(reaper.wait_for_budget(0, 60s)); });
+  const bool raised = teardown_test::eventually([&] { return reaper.stats().worker.boosted; }, 20s);
+  gated::open = true;
+  waiter.join();
+  EXPECT_TRUE(raised) << "the waiting wait_for_budget never raised the worker";
+  EXPECT_EQ(reaper.stats().worker.boosts, 1u);
+  EXPECT_TRUE(teardown_test::eventually([&] { return !reaper.stats().worker.boosted; }, 20s));
   EXPECT_EQ(victim.wait().signal, SIGKILL);
 }
 

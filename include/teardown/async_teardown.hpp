@@ -209,6 +209,8 @@ struct async_teardown_options {
   std::uint32_t min_concurrent = 1;           // the gate: see decision::sync_uncontended; 1 is
                                               // off, 0 is refused (std::invalid_argument)
   reaper_options reaper{.name = "async_teardown"};  // the worker's; with a pool, every worker's
+                                                    // (its trace_domain is replaced by this
+                                                    // composition's trace_domain())
   reaper_pool_options pool{};  // reaper_pool_workers only: workers, steal, steal_after; its
                                // worker member is ignored (reaper above is used instead)
 };
@@ -683,6 +685,7 @@ class async_teardown {
     if constexpr (compiled_out) {
       return std::nullopt;
     } else {
+      opts.reaper.trace_domain = self->trace_domain_;  // the boost events are this composition's
       return std::optional<reaper_type>(std::in_place, reap_fn{self}, Workers::worker_options(std::move(opts)));
     }
   }

@@ -53,6 +53,9 @@
 //                           before the call is done; stop: the same, then joins the worker).
 //   wait_for_budget         any thread but the worker; blocks until bytes_in_teardown() <= bytes
 //                           or the timeout. No lock: a futex on a word bumped after each release.
+//                           A wait longer than 10 ms raises the worker to the waiter's nice until
+//                           it is drained (reaper.hpp, "Boost"; a worker at nice 0, the default,
+//                           is raised only by a waiter of negative nice).
 //   stats, bytes_in_teardown, trace_domain   any thread; wait-free snapshots.
 //   destructor              stop(): every process queued is still released, on the worker.
 //
@@ -527,7 +530,7 @@ class process_reaper final : private teardown::detail::fork_participant {
   explicit process_reaper(process_reaper_options options = {})
       : options_(validated(std::move(options))),
         budget_(options_.budget_bytes),
-        reaper_(finish_fn{this}, reaper_options{.name = options_.name, .nice = options_.nice}) {
+        reaper_(finish_fn{this}, reaper_options{.name = options_.name, .nice = options_.nice, .trace_domain = trace_domain_}) {
     teardown::detail::fork_registry::instance().add(this);
   }
   process_reaper(const process_reaper&) = delete;
@@ -756,15 +759,24 @@ bool process_reaper::wait_for_budget(std::uint64_t bytes, std::chrono::duration<
                            "wait for itself");
   }
   const auto deadline = teardown::detail::deadline_after(timeout);
+  // Once the wait passes the worker's boost_after, the worker runs at this thread's nice until
+  // it is drained (reaper.hpp, "Boost").
+  const auto boost_at = std::chrono::steady_clock::now() + reaper_options{}.boost_after;
+  bool boosted = false;
   for (;;) {
     // acquire: pairs with finish()'s release bump, so the budget read below sees its release.
     const std::uint32_t seen = released_word_.load(std::memory_order_acquire);
     if (budget_.pending() <= bytes) return true;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
-    const auto left = deadline == std::chrono::steady_clock::time_point::max()
+    if (!boosted && now >= boost_at) {
+      boosted = true;
+      (void)teardown::detail::boost_for_waiter(reaper_, "budget");
+    }
+    const auto wake_at = boosted ? deadline : std::min(deadline, boost_at);
+    const auto left = wake_at == std::chrono::steady_clock::time_point::max()
                           ? std::chrono::nanoseconds(std::chrono::seconds(1))
-                          : std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
+                          : std::chrono::duration_cast<std::chrono::nanoseconds>(wake_at - now);
     teardown::detail::futex_wait_for(released_word_, seen, static_cast<std::uint64_t>(left.count()));
   }
 }

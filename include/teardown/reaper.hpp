@@ -44,8 +44,8 @@
 //                        nor call another reaper's flush, freeze, stop or reap_on_caller: a
 //                        fork() on another thread waits for fn to finish while it holds the
 //                        registry of live reapers and the control mutexes of those it parked.
-//   nice, set_nice       any thread, fn included (this reaper's or another's); take a mutex of
-//                        their own briefly, never the control mutex, so a fork() that parks the
+//   nice, set_nice,      any thread, fn included (this reaper's or another's); take a mutex of
+//   boost                their own briefly, never the control mutex, so a fork() that parks the
 //                        worker never waits for them.
 //   constructor, flush, freeze, thaw, stop, reap_on_caller, destructor: not async-signal-safe.
 //
@@ -77,6 +77,20 @@
 // of them waits an interval. The price: about 1 / poll_interval timed wake-ups a second while
 // idle (stats().polls, stats().worker_cpu_ns), and a teardown that starts up to poll_interval
 // later. The default, 0, keeps the producer's wake.
+//
+// Boost. A worker at nice 19 behind busy threads of nice 0 gets about 1.5% of a CPU, so memory
+// that a waiter needs back comes back 50 times later than inline. So, as the kernel boosts a
+// starved RCU callback thread for its waiters, the worker's priority
+// is raised to the waiter's nice (boost_nice, when set) once work has waited boost_after (10
+// ms; 0 = never): by a flush or flush_for still waiting after boost_after, by the worker
+// itself when the batch it takes waited longer than boost_after beyond its own sleep limit
+// (it was starved, or frozen), by a composition's boost() (process_reaper's wait_for_budget),
+// and it is lowered back to the worker's nice by the worker at the first pass that finds its
+// queue empty. Each raise is counted (stats().boosts) and traced (trace::boost, with the
+// lowering); a raise the system refuses — lowering a nice value needs CAP_SYS_NICE or an
+// RLIMIT_NICE that allows it — is counted in boosts_refused and changes nothing. set_nice ends
+// a boost. A flush's raise is made under the control mutex, so the worker completes the
+// ticket, and lowers itself, after it.
 //
 // Memory ordering: the queue is an llist (release add, acquire del_all), so fn sees everything a
 // producer wrote to the item before enqueue. The state word's RMWs are acq_rel: a worker that
@@ -178,6 +192,7 @@
 #include <functional>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -190,6 +205,7 @@
 
 #include "teardown/counter.hpp"
 #include "teardown/llist.hpp"
+#include "teardown/trace.hpp"
 #include "teardown/worker_thread.hpp"
 
 namespace teardown {
@@ -206,10 +222,10 @@ enum class fork_policy {
                   // child tears down the rest of the batch too
 };
 
-/// Checked by the constructor before any thread starts: a nice value outside [-20, 19], a
-/// negative CPU, stall_threshold, yield_after or poll_interval, a policy, order or on_fork that
-/// is not one of the enum's values, or a name holding a NUL byte is refused with
-/// std::invalid_argument naming the field.
+/// Checked by the constructor before any thread starts: a nice or boost_nice value outside
+/// [-20, 19], a negative CPU, stall_threshold, yield_after, poll_interval or boost_after, a
+/// policy, order or on_fork that is not one of the enum's values, or a name holding a NUL byte
+/// is refused with std::invalid_argument naming the field.
 struct reaper_options {
   std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
   int nice = 19;                                     // applied to the worker thread; [-20, 19]
@@ -229,6 +245,13 @@ struct reaper_options {
                                          // > 0: enqueue never wakes it, the idle worker looks
                                          // at the queue at least this often ("Wake policy")
   fork_policy on_fork = fork_policy::never_wait;  // see "Fork"
+  std::chrono::nanoseconds boost_after = std::chrono::milliseconds(10);  // how long work waits
+                                         // before the worker's priority is raised ("Boost");
+                                         // 0 = never boost
+  std::optional<int> boost_nice{};       // the nice a boost raises the worker to; empty: the
+                                         // waiting thread's own (the constructing thread's for
+                                         // a backlog the worker finds itself)
+  std::uint64_t trace_domain = 0;        // carried by the worker's boost trace events
 };
 
 /// Setup steps the worker could not apply: reported in reaper_stats, never fatal.
@@ -256,6 +279,10 @@ struct reaper_stats {
   std::uint64_t yields = 0;           // times the worker yielded the CPU (yield_after)
   std::uint64_t polls = 0;            // sleeps that ended at their time limit, not by a kick
                                       // (poll_interval; in a pool also the steal watch)
+  std::uint64_t boosts = 0;           // times the worker's priority was raised ("Boost")
+  std::uint64_t boosts_refused = 0;   // raises the system refused (no CAP_SYS_NICE and an
+                                      // RLIMIT_NICE below the nice asked for)
+  bool boosted = false;               // the worker runs raised now
 };
 
 /// What a reaper needs of its queue: llist's add, add_batch, del_all and empty, with their
@@ -290,6 +317,9 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
     throw std::invalid_argument(std::string(who) + ": " + field + what);
   };
   if (opts.nice < -20 || opts.nice > 19) refuse("nice must be in [-20, 19], got " + std::to_string(opts.nice));
+  if (opts.boost_nice && (*opts.boost_nice < -20 || *opts.boost_nice > 19)) {
+    refuse("boost_nice must be in [-20, 19], got " + std::to_string(*opts.boost_nice));
+  }
   for (int cpu : opts.cpus) {
     if (cpu < 0) refuse("cpus holds " + std::to_string(cpu) + "; a CPU number is never negative");
   }
@@ -312,8 +342,19 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
     refuse("poll_interval is negative (" + std::to_string(opts.poll_interval.count()) +
            " ns); 0 means producers wake the worker");
   }
+  if (opts.boost_after.count() < 0) {
+    refuse("boost_after is negative (" + std::to_string(opts.boost_after.count()) + " ns); 0 means never boost");
+  }
   if (opts.name.find('\0') != std::string::npos) refuse("name holds a NUL byte");
   return opts;
+}
+
+// The calling thread's nice value; empty if the system will not say.
+inline std::optional<int> calling_thread_nice() noexcept {
+  errno = 0;
+  const int value = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  if (value == -1 && errno != 0) return std::nullopt;
+  return value;
 }
 
 // exit() called from fn on this reaper's worker (deferred.hpp's exit path): if the caller is
@@ -321,6 +362,12 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
 // everything queued; returns true. Anywhere else does nothing and returns false.
 template <class Reaper>
 bool stop_on_own_worker(Reaper& reaper) noexcept;
+
+// A composition's waiter that has waited boost_after (process_reaper's wait_for_budget): boost()
+// with `reason` (a static string) in the trace event. Does nothing if the reaper's boost_after
+// is 0. Any thread.
+template <class Reaper>
+bool boost_for_waiter(Reaper& reaper, const char* reason) noexcept;
 
 }  // namespace detail
 
@@ -335,6 +382,8 @@ class reaper final : private detail::fork_participant {
   friend class reaper_pool;
   template <class Reaper>
   friend bool detail::stop_on_own_worker(Reaper& reaper) noexcept;
+  template <class Reaper>
+  friend bool detail::boost_for_waiter(Reaper& reaper, const char* reason) noexcept;
 
   // A pool's hooks into its worker (see "In a pool" in the header comment); all null for a
   // reaper on its own. Set before the worker starts and never changed; all run on the worker.
@@ -542,17 +591,26 @@ class reaper final : private detail::fork_participant {
   }
   /// Sets the worker thread's nice value (setpriority on its thread id) from now on: true if
   /// applied, false if the system refused it (lowering it needs CAP_SYS_NICE or RLIMIT_NICE;
-  /// the value is kept either way, for a worker not yet started). Throws std::invalid_argument,
-  /// changing nothing, outside [-20, 19]. Any thread, fn included; takes a mutex of its own
-  /// briefly (never the control mutex: see "Fork").
+  /// the value is kept either way, for a worker not yet started). Ends a boost: the worker runs
+  /// at `value` from now on. Throws std::invalid_argument, changing nothing, outside [-20, 19].
+  /// Any thread, fn included; takes a mutex of its own briefly (never the control mutex: see
+  /// "Fork").
   bool set_nice(int value) {
     if (value < -20 || value > 19) {
       throw std::invalid_argument("teardown::reaper::set_nice: nice must be in [-20, 19], got " + std::to_string(value));
     }
     const std::lock_guard lock(nice_mutex_);
     nice_ = value;
+    boosted_.store(false, std::memory_order_relaxed);  // under nice_mutex_
     return worker_tid_ == 0 || setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), value) == 0;
   }
+
+  /// Raises the worker's priority to boost_nice (empty: the calling thread's nice) until the
+  /// worker next finds its queue empty (see "Boost"), for a caller that knows work is urgent.
+  /// True if the worker now runs at that nice or a more urgent one; false if there is no worker
+  /// or the system refused (counted in stats().boosts_refused). Any thread, fn included; takes
+  /// the mutex set_nice takes, briefly.
+  bool boost() { return raise_worker("caller"); }
 
   /// True when called from this reaper's own callback: fn on its worker, or take or fn inside
   /// a reap_on_caller on this thread — where flush, freeze and stop are refused and destroying
@@ -649,6 +707,9 @@ class reaper final : private detail::fork_participant {
     s.stolen = stolen_.load(std::memory_order_relaxed);
     s.yields = yields_.load(std::memory_order_relaxed);
     s.polls = polls_.load(std::memory_order_relaxed);
+    s.boosts = boosts_.load(std::memory_order_relaxed);
+    s.boosts_refused = boosts_refused_.load(std::memory_order_relaxed);
+    s.boosted = boosted_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -757,6 +818,7 @@ class reaper final : private detail::fork_participant {
         continue;
       }
       if (link_.steal != nullptr) set_idle(true);  // a sibling's holding() may now wake this one
+      lower_after_drain();
       // A worker that polls an idle queue does not spin at every look: the spin is for the
       // burst right after a batch or a kick.
       if (!polled_idle && spin_found_work()) continue;
@@ -841,6 +903,12 @@ class reaper final : private detail::fork_participant {
       const std::uint64_t now = detail::monotonic_ns();
       if (now > since && now - since > longest_wait_ns_.load(std::memory_order_relaxed)) {
         longest_wait_ns_.store(now - since, std::memory_order_relaxed);  // the worker is the only writer
+      }
+      // A batch that waited past boost_after: the worker was starved (or frozen) while it
+      // waited, and will be again while it runs the batch.
+      // The time limit of the worker's last sleep is its own choice, not a wait.
+      if (boost_ns_ != 0 && now > since && now - since > boost_ns_ + last_sleep_limit_ns_) {
+        (void)raise_worker("backlog");
       }
     }
     if (opts_.order == drain_order::oldest_first) in_flight_ = std::move(in_flight_).reverse();
@@ -998,11 +1066,13 @@ class reaper final : private detail::fork_participant {
     // acq_rel: acquire pairs with a producer's kick (its add is then visible to our next
     // del_all); release lets a later kick's acquire see our state.
     std::uint32_t previous = state_.exchange(sleeping_bit, std::memory_order_acq_rel);
+    last_sleep_limit_ns_ = 0;
     if (!(previous & kicked_bit)) {
       // In a pool, a sibling may hold a batch: sleep no longer than the pool says. A polling
       // worker sleeps no longer than its interval: producers do not wake it.
       std::uint64_t most = link_.watch != nullptr ? link_.watch(link_.pool, link_.index) : no_watch;
       if (poll_ns_ != 0) most = std::min(most, poll_ns_);
+      if (most != no_watch) last_sleep_limit_ns_ = most;
       if (most == no_watch) {
         // Sleeps only while the word still says SLEEPING; a kick changes it first.
         while (state_.load(std::memory_order_relaxed) == sleeping_bit) detail::futex_wait(state_, sleeping_bit);
@@ -1293,6 +1363,19 @@ class reaper final : private detail::fork_participant {
     const auto done = [&] {
       return (ticket != 0 && flush_completed_ >= ticket && caller_reaps_ == 0) || worker_gone();
     };
+    if (boost_ns_ != 0 && !done()) {
+      // Waited boost_after and still waiting: raise the worker (see "Boost"). Under the control
+      // mutex, so the worker completes this ticket, and then lowers itself, after the raise.
+      const auto boost_at = std::chrono::steady_clock::now() + opts_.boost_after;
+      if (!control_changed_.wait_until(lock, std::min(boost_at, deadline), done)) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        priority_change change;
+        (void)raise_worker("flush", change);
+        lock.unlock();
+        change.emit(opts_.trace_domain);
+        lock.lock();
+      }
+    }
     if (deadline == std::chrono::steady_clock::time_point::max()) {
       control_changed_.wait(lock, done);
     } else if (!control_changed_.wait_until(lock, deadline, done)) {
@@ -1317,6 +1400,64 @@ class reaper final : private detail::fork_participant {
       throw std::logic_error(std::string("teardown::reaper::") + operation +
                              ": called from take or fn inside reap_on_caller; it would wait for itself");
     }
+  }
+
+  // ---- boost -------------------------------------------------------------------------------
+
+  // A priority change to trace once no lock of ours is held (a hook may call into the reaper).
+  struct priority_change {
+    pid_t tid = 0;  // 0: nothing changed
+    int before = 0;
+    int after = 0;
+    const char* reason = nullptr;
+    void emit(std::uint64_t domain) const noexcept {
+      if (tid != 0) trace::boost(tid, before, after, reason, domain);
+    }
+  };
+
+  // See "Boost". Any thread; takes nice_mutex_ (which may nest inside control_mutex_, never the
+  // other way round). True if the worker now runs at the boost's nice or a more urgent one.
+  bool raise_worker(const char* reason, priority_change& change) noexcept {
+    std::optional<int> target = opts_.boost_nice;
+    if (!target) target = on_worker() ? creator_nice_ : detail::calling_thread_nice();
+    if (!target) return false;
+    const std::lock_guard lock(nice_mutex_);
+    if (worker_tid_ == 0) return false;
+    const int current = boosted_.load(std::memory_order_relaxed) ? boosted_nice_ : nice_;
+    if (*target >= current) return true;
+    change = {worker_tid_, current, *target, reason};
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), *target) != 0) {
+      boosts_refused_.fetch_add(1, std::memory_order_relaxed);
+      change.reason = "refused";
+      return false;
+    }
+    boosted_nice_ = *target;
+    boosted_.store(true, std::memory_order_relaxed);  // under nice_mutex_
+    boosts_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  bool raise_worker(const char* reason) noexcept {
+    priority_change change;
+    const bool raised = raise_worker(reason, change);
+    change.emit(opts_.trace_domain);
+    return raised;
+  }
+
+  // On the worker, when a pass found its queue empty: back to its own nice. A raise that lands
+  // after the hint below was read is lowered at the next empty pass. Raising the nice value
+  // back is never refused.
+  void lower_after_drain() noexcept {
+    if (!boosted_.load(std::memory_order_relaxed)) return;
+    priority_change change;
+    {
+      const std::lock_guard lock(nice_mutex_);
+      if (!boosted_.load(std::memory_order_relaxed)) return;  // set_nice ended it
+      (void)setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), nice_);
+      boosted_.store(false, std::memory_order_relaxed);
+      change = {worker_tid_, boosted_nice_, nice_, "drained"};
+    }
+    change.emit(opts_.trace_domain);
   }
 
   // ---- fork ---------------------------------------------------------------------------------
@@ -1385,6 +1526,7 @@ class reaper final : private detail::fork_participant {
     child_sweep_.store(true, std::memory_order_relaxed);
     inline_hands_.store(0, std::memory_order_relaxed);  // the other threads' hands are not here
     caller_reaps_ = 0;
+    boosted_.store(false, std::memory_order_relaxed);
     // nice_mutex_ is not held across fork (see "Fork"): a thread that held it is not here.
     new (&nice_mutex_) std::mutex;
     new (&settle_mutex_) std::mutex;
@@ -1410,6 +1552,9 @@ class reaper final : private detail::fork_participant {
   const pool_link link_;
   // 0: producers wake the worker (see "Wake policy").
   const std::uint64_t poll_ns_ = static_cast<std::uint64_t>(opts_.poll_interval.count());
+  const std::uint64_t boost_ns_ = static_cast<std::uint64_t>(opts_.boost_after.count());  // 0: never
+  // The constructing thread's nice: what a boost the worker starts itself raises it to.
+  const std::optional<int> creator_nice_ = detail::calling_thread_nice();
 
   // Written by producers (and by the worker when it sleeps and wakes).
   alignas(64) Queue queue_;
@@ -1424,6 +1569,7 @@ class reaper final : private detail::fork_participant {
   bool handed_back_ = false;  // a freeze handed the batch back (worker only)
   std::uint64_t batch_since_ns_ = 0;  // the watchdog clock the current take cleared (worker only)
   std::uint64_t flush_target_ = 0;  // the ticket this pass completes, 0 if none (worker only)
+  std::uint64_t last_sleep_limit_ns_ = 0;  // the time limit of the last sleep, 0: none (worker only)
   // In a pool: the rest of the batch while the worker runs an item (taken by a sibling's steal,
   // or back by the worker with an exchange); in a fork child, what the parked worker held
   // (fork_policy::wait_for_item).
@@ -1441,6 +1587,8 @@ class reaper final : private detail::fork_participant {
   std::atomic<std::uint64_t> inline_reaped_{0};
   std::atomic<std::uint64_t> yields_{0};
   std::atomic<std::uint64_t> polls_{0};
+  std::atomic<std::uint64_t> boosts_{0};
+  std::atomic<std::uint64_t> boosts_refused_{0};
   std::atomic<bool> child_sweep_{false};  // a fork child's next drain sweeps every shard
 
   // Control plane: guarded by control_mutex_.
@@ -1456,6 +1604,8 @@ class reaper final : private detail::fork_participant {
   std::uint64_t freeze_depth_ = 0;
   int nice_ = opts_.nice;  // set_nice's; applied by the worker at its start (nice_mutex_)
   pid_t worker_tid_ = 0;   // the worker's thread id while it runs; 0 before and after (nice_mutex_)
+  int boosted_nice_ = 0;   // the nice a boost raised the worker to, while boosted_ (nice_mutex_)
+  std::atomic<bool> boosted_{false};  // written under nice_mutex_; read by the worker as a hint
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
   std::uint64_t caller_reaps_ = 0;  // reap_on_caller calls in progress
@@ -1465,7 +1615,8 @@ class reaper final : private detail::fork_participant {
   // See open_hand: bit 63 the side new hands count on, bits 0-31 side 0's count, 32-62 side 1's.
   std::atomic<std::uint64_t> inline_hands_{0};
   std::mutex settle_mutex_;  // flushers after stop take turns (settle_after_stop)
-  // Guards nice_ and worker_tid_; never held across fork() nor by the control plane, so fn may
+  // Guards nice_, worker_tid_ and the boost; never held across fork(), and taken inside
+  // control_mutex_ at most (a flush's boost), never around it, so fn may
   // call nice()/set_nice() of any reaper while a fork() parks its worker.
   mutable std::mutex nice_mutex_;
 
@@ -1478,6 +1629,11 @@ bool detail::stop_on_own_worker(Reaper& reaper) noexcept {
   if (!reaper.on_worker()) return false;
   reaper.stop_here_on_own_worker();
   return true;
+}
+
+template <class Reaper>
+bool detail::boost_for_waiter(Reaper& reaper, const char* reason) noexcept {
+  return reaper.boost_ns_ != 0 && reaper.raise_worker(reason);
 }
 
 }  // namespace teardown

@@ -429,8 +429,8 @@ class reaper_pool final : private detail::fork_participant {
     return std::any_of(workers_.begin(), workers_.end(), [](const auto& worker) { return worker->stalled(); });
   }
 
-  /// The workers' stats added up (longest_wait_ns: the longest; setup_warnings: OR; running:
-  /// any). enqueued counts items where they were enqueued, reaped where they were torn down,
+  /// The workers' stats added up (longest_wait_ns: the longest; setup_warnings: OR; running,
+  /// boosted: any). enqueued counts items where they were enqueued, reaped where they were torn down,
   /// so only the sums balance; pending is computed from the sums.
   reaper_stats stats() const noexcept {
     reaper_stats sum;
@@ -449,6 +449,9 @@ class reaper_pool final : private detail::fork_participant {
       sum.stolen += s.stolen;
       sum.yields += s.yields;
       sum.polls += s.polls;
+      sum.boosts += s.boosts;
+      sum.boosts_refused += s.boosts_refused;
+      sum.boosted = sum.boosted || s.boosted;
     }
     sum.pending = sum.enqueued > sum.reaped ? sum.enqueued - sum.reaped : 0;
     return sum;

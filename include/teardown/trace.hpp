@@ -2,12 +2,14 @@
 //
 // The kernel series emits two trace points (queue, reap) so that an operator can see what was
 // deferred and how long it waited. teardown emits four events — queue, reap, sync, reject — a
-// fifth, pressure, for what a memory-pressure policy did (pressure.hpp), and two for a
-// supervisor's process_reaper (process_kill, process_release), two ways at once:
+// fifth, pressure, for what a memory-pressure policy did (pressure.hpp), two for a supervisor's
+// process_reaper (process_kill, process_release), and boost, for a worker's priority raised
+// while work waited for it and lowered again (reaper.hpp, "Boost"), two ways at once:
 //
 //   USDT  When <sys/sdt.h> is available (Debian: systemtap-sdt-dev), every event is a USDT probe
 //         under provider `teardown` (teardown:queue, teardown:reap, teardown:sync,
-//         teardown:reject, teardown:pressure, teardown:process_kill, teardown:process_release).
+//         teardown:reject, teardown:pressure, teardown:process_kill, teardown:process_release,
+//         teardown:boost).
 //         Unattached, a probe is a single nop instruction plus an ELF note;
 //         perf, bpftrace and SystemTap attach to it without recompiling, e.g.
 //           bpftrace -e 'usdt:./app:teardown:queue { @cost = hist(arg1); }'
@@ -20,6 +22,7 @@
 //           pressure (action, amount, domain)                            arg2 = domain
 //           process_kill    (pid, bytes, signal, domain)                 arg3 = domain
 //           process_release (pid, bytes, result, tries, wait_ns, domain) arg5 = domain
+//           boost  (tid, nice_before, nice_after, reason, domain)        arg4 = domain
 //   hook  A program may install up to max_hooks (8) functions per event at run time
 //         (add_hook), each removable on its own (remove_hook). Each event's hooks sit behind
 //         a static_key that is on while any is installed, so an unhooked event costs one
@@ -185,12 +188,25 @@ struct process_release_event {
   std::uint64_t domain;
 };
 
-/// The seven events, the only ones hooks can be installed for.
+/// A reaper's worker changed priority because work waited for it (reaper.hpp, "Boost"): raised
+/// (nice_after < nice_before) or, once its queue was empty, lowered back to its own nice.
+/// reason is a static string: "flush" (a flush waited), "budget" (a wait_for_budget waited),
+/// "backlog" (the worker found its batch old), "caller" (boost() was called), "drained" (the
+/// lowering), "refused" (a raise the system refused: nice_after is the nice asked for).
+struct boost_event {
+  std::int64_t tid;  // the worker's thread id
+  int nice_before;
+  int nice_after;
+  const char* reason;
+  std::uint64_t domain;
+};
+
+/// The eight events, the only ones hooks can be installed for.
 template <class Event>
 concept event = std::is_same_v<Event, queue_event> || std::is_same_v<Event, reap_event> ||
                 std::is_same_v<Event, sync_event> || std::is_same_v<Event, reject_event> ||
                 std::is_same_v<Event, pressure_event> || std::is_same_v<Event, process_kill_event> ||
-                std::is_same_v<Event, process_release_event>;
+                std::is_same_v<Event, process_release_event> || std::is_same_v<Event, boost_event>;
 
 template <class Event>
 using hook = void (*)(const Event&);
@@ -287,6 +303,7 @@ inline void forget_in_flight_after_fork() noexcept {
   hook_slot<pressure_event>::forget_in_flight();
   hook_slot<process_kill_event>::forget_in_flight();
   hook_slot<process_release_event>::forget_in_flight();
+  hook_slot<boost_event>::forget_in_flight();
 }
 
 // Once per process (per copy of this header), from the first install: the child handler only.
@@ -298,7 +315,7 @@ inline void register_fork_handler() {
 }  // namespace detail
 
 /// Installs fn as one more hook for Event (queue_event, reap_event, sync_event, reject_event,
-/// pressure_event, process_kill_event, process_release_event).
+/// pressure_event, process_kill_event, process_release_event, boost_event).
 /// Throws, changing nothing, std::invalid_argument if fn is nullptr or already installed for
 /// Event, std::length_error if Event already has max_hooks hooks (std::system_error if the
 /// fork handler cannot be registered). May block briefly behind another writer. Safe from a hook.
@@ -444,6 +461,14 @@ inline void process_release(std::int64_t pid, std::uint64_t bytes, const char* r
   TEARDOWN_TRACE(process_release, pid, bytes, result, tries, wait_ns, domain);
   if (hooked<process_release_event>()) [[unlikely]] {
     detail::hook_slot<process_release_event>::call(process_release_event{pid, bytes, result, tries, wait_ns, domain});
+  }
+}
+
+inline void boost(std::int64_t tid, int nice_before, int nice_after, const char* reason,
+                  std::uint64_t domain = 0) noexcept {
+  TEARDOWN_TRACE(boost, tid, nice_before, nice_after, reason, domain);
+  if (hooked<boost_event>()) [[unlikely]] {
+    detail::hook_slot<boost_event>::call(boost_event{tid, nice_before, nice_after, reason, domain});
   }
 }
 

@@ -3,7 +3,7 @@
 # program emitted, in trace.hpp's order, the domain last.
 #
 #   1. tracer_probes runs alone: it must pass its own checks (or say it has no probes: skip);
-#   2. bpftrace lists the probes in its binary: exactly the seven names of trace.hpp;
+#   2. bpftrace lists the probes in its binary: exactly the eight names of trace.hpp;
 #   3. tracer_probes runs under bpftrace, which prints each probe's arguments in the format the
 #      program's hooks write theirs; the two sets of lines must be equal.
 # Exit 0: pass; 1: fail; 77: skip (CTest SKIP_RETURN_CODE), with the reason on the last line:
@@ -13,7 +13,7 @@
 set -uo pipefail
 
 program=${1:?usage: bpftrace_test.sh PATH/TO/tracer_probes}
-probes=(queue reap sync reject pressure process_kill process_release)
+probes=(queue reap sync reject pressure process_kill process_release boost)
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
@@ -66,6 +66,8 @@ usdt:$program:teardown:process_kill { printf("process_kill pid=%ld bytes=%lu sig
 usdt:$program:teardown:process_release {
   printf("process_release pid=%ld bytes=%lu result=%s tries=%u wait_ns=%lu domain=%lu\n",
   (int64)arg0, arg1, str(arg2), (uint32)arg3, arg4, arg5); }
+usdt:$program:teardown:boost { printf("boost tid=%ld before=%d after=%d reason=%s domain=%lu\n",
+  (int64)arg0, (int32)arg1, (int32)arg2, str(arg3), arg4); }
 EOF
 )
 timeout 90 "$bpftrace" -o "$work/bpftrace.txt" -e "$script" -c "$program $work/emitted.txt" >"$work/stdout.txt" \

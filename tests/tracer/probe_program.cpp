@@ -18,14 +18,19 @@
 //              the others (so an argument out of place shows), 64-bit values above 2^32 (so a
 //              truncation shows), and the signed fields negative (so a lost sign shows);
 //   instances  an async_teardown (queue, reap, sync for three reasons, reject) and a
-//              process_reaper that kills a child (process_kill, process_release): what the
+//              process_reaper that kills a child (process_kill, process_release), and the
+//              async_teardown's worker raised for a backlog and lowered again (boost): what the
 //              library itself emits, carrying each instance's trace_domain().
 #include <teardown/async_teardown.hpp>
 #include <teardown/process_reaper.hpp>
 #include <teardown/trace.hpp>
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <csignal>
 #include <cstdarg>
@@ -85,6 +90,11 @@ void on_process_release(const trace::process_release_event& e) {
          static_cast<long long>(e.pid), ull{e.bytes}, e.result, e.tries, ull{e.wait_ns}, ull{e.domain});
 }
 
+void on_boost(const trace::boost_event& e) {
+  record("boost tid=%lld before=%d after=%d reason=%s domain=%llu", static_cast<long long>(e.tid), e.nice_before,
+         e.nice_after, e.reason, ull{e.domain});
+}
+
 void install_hooks() {
   trace::add_hook<trace::queue_event>(on_queue);
   trace::add_hook<trace::reap_event>(on_reap);
@@ -93,6 +103,7 @@ void install_hooks() {
   trace::add_hook<trace::pressure_event>(on_pressure);
   trace::add_hook<trace::process_kill_event>(on_process_kill);
   trace::add_hook<trace::process_release_event>(on_process_release);
+  trace::add_hook<trace::boost_event>(on_boost);
 }
 
 void remove_hooks() {
@@ -103,6 +114,7 @@ void remove_hooks() {
   trace::remove_hook<trace::pressure_event>(on_pressure);
   trace::remove_hook<trace::process_kill_event>(on_process_kill);
   trace::remove_hook<trace::process_release_event>(on_process_release);
+  trace::remove_hook<trace::boost_event>(on_boost);
 }
 
 // ---- direct emits -----------------------------------------------------------------------------
@@ -119,6 +131,7 @@ void emit_direct() {
   trace::process_kill(-6001, 0x6000000000000002ull, -6003, 0x6000000000000004ull);
   trace::process_release(-7001, 0x7000000000000002ull, "direct-result", 0x70000004u, 0x7000000000000005ull,
                          0x7000000000000006ull);
+  trace::boost(-8001, -8002, -8003, "direct-boost", 0x8000000000000005ull);
 }
 
 const std::vector<std::string> direct_lines = {
@@ -133,6 +146,7 @@ const std::vector<std::string> direct_lines = {
     "process_kill pid=-6001 bytes=6917529027641081858 signal=-6003 domain=6917529027641081860",
     "process_release pid=-7001 bytes=8070450532247928834 result=direct-result tries=1879048196 "
     "wait_ns=8070450532247928837 domain=8070450532247928838",
+    "boost tid=-8001 before=-8002 after=-8003 reason=direct-boost domain=9223372036854775813",
 };
 
 // ---- an async_teardown ------------------------------------------------------------------------
@@ -195,7 +209,8 @@ std::string only_line(failure_count& result, const std::string& prefix) {
 
 // threshold 100, cap 1000. While the reaper is frozen: 101 (cost 500) is queued; 102 (cost 10)
 // is below the threshold; 103 (cost 800) does not fit beside 101. Then the toggle goes off for
-// 104, and the reaper is thawed: 101 is reaped, with 200 of its cost gone while it waited.
+// 104, and the reaper is thawed: 101 is reaped, with 200 of its cost gone while it waited, by a
+// worker that finds it older than boost_after and raises itself to this thread's nice first.
 void run_async_teardown(failure_count& result) {
   teardown::async_teardown<item, &item::hook, item_traits> async(
       {.threshold = 100, .max_pending = 1000, .reaper = {.name = "probe-reaper"}});
@@ -213,8 +228,14 @@ void run_async_teardown(failure_count& result) {
   result.check(async.put(*new item{.hook = {}, .id = 104, .cost = 900, .live = 900}) ==
                    teardown::decision::sync_disabled,
                "item 104 is torn down inline, the toggle off");
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past boost_after (10 ms)
   async.thaw();
   async.flush();
+  // The worker lowers itself once it finds the queue empty, after the flush.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (async.reaper_statistics().boosted && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 
   const std::string d = " domain=" + std::to_string(domain);
   const std::string tid = std::to_string(static_cast<long long>(gettid()));
@@ -233,6 +254,21 @@ void run_async_teardown(failure_count& result) {
   const std::string disabled = only_line(result, "sync id=104 ");
   result.check(disabled.rfind("sync id=104 cost=", 0) == 0 && disabled.ends_with(" reason=disabled" + d),
                "the sync event of item 104: " + disabled);
+  const int own_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  if (own_nice < 19) {
+    const std::string nice = std::to_string(own_nice);
+    int raised = 0, lowered = 0;
+    {
+      const std::lock_guard lock(lines_mutex);
+      for (const std::string& seen : lines) {
+        if (seen.rfind("boost tid=", 0) != 0 || !seen.ends_with(d)) continue;
+        raised += seen.find(" before=19 after=" + nice + " reason=backlog" + d) != std::string::npos;
+        lowered += seen.find(" before=" + nice + " after=19 reason=drained" + d) != std::string::npos;
+      }
+    }
+    result.check(raised == 1, "one boost event for the backlog, from 19 to " + nice + " (" + std::to_string(raised) + ")");
+    result.check(lowered == 1, "one boost event for the drained worker, back to 19 (" + std::to_string(lowered) + ")");
+  }
 }
 
 // ---- a process_reaper -------------------------------------------------------------------------

@@ -1,0 +1,347 @@
+// The reaper's boost (reaper.hpp, "Boost"): a flush that has waited boost_after, a batch the
+// worker finds older than boost_after, and boost() raise the worker to the waiter's nice (or
+// boost_nice); the worker lowers itself back to its own nice at the first pass that finds its
+// queue empty; each raise is counted and traced, a raise the system refuses is counted and
+// changes nothing, and set_nice ends a boost. The tests read the worker's nice from the kernel
+// (getpriority on its thread id) and wait for states with a bound; none asserts a duration.
+#include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <latch>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "teardown/reaper.hpp"
+#include "teardown/reaper_pool.hpp"
+#include "teardown/trace.hpp"
+
+#include "reaper_test_support.hpp"
+#include "test_support.hpp"
+
+namespace teardown_test {
+namespace {
+
+using namespace reaper_support;
+using namespace std::chrono_literals;
+using teardown::reaper_options;
+
+int nice_of(pid_t tid) {
+  errno = 0;
+  const int value = getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+  EXPECT_FALSE(value == -1 && errno != 0) << "getpriority(" << tid << "): " << std::strerror(errno);
+  return value;
+}
+
+int own_nice() { return nice_of(current_tid()); }
+
+// The boost events of one trace domain, as (reason, nice_before, nice_after).
+struct recorded_boost {
+  std::string reason;
+  int before = 0;
+  int after = 0;
+};
+
+class boost_recorder {
+ public:
+  explicit boost_recorder(std::uint64_t domain) {
+    {
+      const std::lock_guard lock(mutex_);
+      events_.clear();
+    }
+    domain_.store(domain);
+    teardown::trace::add_hook<teardown::trace::boost_event>(&record);
+  }
+  ~boost_recorder() {
+    teardown::trace::remove_hook<teardown::trace::boost_event>(&record);
+    domain_.store(0);
+  }
+  boost_recorder(const boost_recorder&) = delete;
+  boost_recorder& operator=(const boost_recorder&) = delete;
+
+  std::vector<recorded_boost> events() const {
+    const std::lock_guard lock(mutex_);
+    return events_;
+  }
+
+ private:
+  static void record(const teardown::trace::boost_event& e) {
+    if (e.domain != domain_.load()) return;
+    const std::lock_guard lock(mutex_);
+    events_.push_back({e.reason, e.nice_before, e.nice_after});
+  }
+  static inline std::atomic<std::uint64_t> domain_{0};
+  static inline std::mutex mutex_;
+  static inline std::vector<recorded_boost> events_;
+};
+
+// fn for a reaper whose first item (id 0) reports the worker's thread id and blocks until
+// `release` counts down; every item counts its runs.
+struct blocking_first {
+  std::latch release{1};
+  std::atomic<bool> started{false};
+  std::atomic<pid_t> worker{0};
+  std::atomic<int> nice_at_start{-100};  // the worker's nice when item 1 started
+
+  job_fn fn() {
+    return [this](job& j) {
+      if (j.id == 0) {
+        worker.store(current_tid());
+        started.store(true);
+        release.wait();
+      } else if (j.id == 1) {
+        nice_at_start.store(own_nice());
+      }
+      j.runs.fetch_add(1);
+    };
+  }
+};
+
+class ReaperBoostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (own_nice() >= 19) GTEST_SKIP() << "the test runs at nice 19: no waiter is more urgent than the worker";
+  }
+  hang_guard guard_{current_test_name()};
+};
+
+TEST_F(ReaperBoostTest, AFlushThatWaitsRaisesTheWorkerToTheFlushersNiceAndTheWorkerLowersItselfOnceDrained) {
+  const std::uint64_t domain = teardown::trace::new_domain();
+  boost_recorder recorder(domain);
+  blocking_first probe;
+  auto jobs = make_jobs(3);
+  job_reaper reaper(probe.fn(), {.name = "boost_flush", .boost_after = 1ms, .trace_domain = domain});
+  reaper.enqueue(jobs[0]);
+  wait_until(probe.started);
+  const pid_t worker = probe.worker.load();
+  if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
+  ASSERT_EQ(nice_of(worker), 19);
+  for (std::size_t i = 1; i < jobs.size(); ++i) reaper.enqueue(jobs[i]);
+
+  const int flusher_nice = own_nice();
+  std::thread flusher([&] { reaper.flush(); });
+  ASSERT_TRUE(eventually([&] { return reaper.stats().boosted; }, 20s)) << "the waiting flush never raised the worker";
+  EXPECT_EQ(nice_of(worker), flusher_nice);
+  EXPECT_EQ(reaper.stats().boosts, 1u);
+  EXPECT_EQ(reaper.nice(), 19) << "nice() keeps the worker's own value";
+
+  probe.release.count_down();
+  flusher.join();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  EXPECT_EQ(probe.nice_at_start.load(), flusher_nice) << "the items behind the blocked one ran raised";
+  ASSERT_TRUE(eventually([&] { return !reaper.stats().boosted; }, 20s)) << "the drained worker never lowered itself";
+  EXPECT_EQ(nice_of(worker), 19);
+  EXPECT_EQ(reaper.stats().boosts, 1u);
+  EXPECT_EQ(reaper.stats().boosts_refused, 0u);
+
+  const std::vector<recorded_boost> events = recorder.events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].reason, "flush");
+  EXPECT_EQ(events[0].before, 19);
+  EXPECT_EQ(events[0].after, flusher_nice);
+  EXPECT_EQ(events[1].reason, "drained");
+  EXPECT_EQ(events[1].before, flusher_nice);
+  EXPECT_EQ(events[1].after, 19);
+}
+
+TEST_F(ReaperBoostTest, BoostAfterZeroNeverRaisesTheWorker) {
+  blocking_first probe;
+  auto jobs = make_jobs(2);
+  job_reaper reaper(probe.fn(), {.name = "boost_never", .boost_after = 0ns});
+  reaper.enqueue(jobs[0]);
+  wait_until(probe.started);
+  reaper.enqueue(jobs[1]);
+  std::thread flusher([&] { reaper.flush(); });
+  // Long past the default boost_after: a boost would have come by now.
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(reaper.stats().boosted);
+  probe.release.count_down();
+  flusher.join();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  EXPECT_EQ(reaper.stats().boosts, 0u);
+  if (!(reaper.stats().setup_warnings & teardown::setup_warning_nice)) {
+    EXPECT_EQ(probe.nice_at_start.load(), 19);
+  }
+}
+
+TEST_F(ReaperBoostTest, ABatchTheWorkerFindsOlderThanBoostAfterRaisesItToTheConstructingThreadsNice) {
+  const std::uint64_t domain = teardown::trace::new_domain();
+  boost_recorder recorder(domain);
+  auto jobs = make_jobs(3);
+  std::atomic<pid_t> worker{0};
+  std::atomic<int> nice_in_fn{-100};
+  job_reaper reaper(
+      [&](job& j) {
+        if (j.id == 0) {
+          worker.store(current_tid());
+          nice_in_fn.store(own_nice());
+        }
+        j.runs.fetch_add(1);
+      },
+      {.name = "boost_backlog", .boost_after = 1ms, .trace_domain = domain});
+  if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
+  reaper.freeze();
+  for (job& j : jobs) reaper.enqueue(j);
+  std::this_thread::sleep_for(5ms);  // the batch's age passes boost_after
+  reaper.thaw();
+  // Not a flush: its own boost would hide the worker's.
+  ASSERT_TRUE(eventually([&] { return ran_exactly_once(jobs) == jobs.size(); }));
+  EXPECT_EQ(nice_in_fn.load(), own_nice());
+  ASSERT_TRUE(eventually([&] { return !reaper.stats().boosted; }, 20s));
+  EXPECT_EQ(nice_of(worker.load()), 19);
+  const std::vector<recorded_boost> events = recorder.events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].reason, "backlog");
+  EXPECT_EQ(events[1].reason, "drained");
+}
+
+TEST_F(ReaperBoostTest, BoostNiceIsTheLevelWhenSet) {
+  blocking_first probe;
+  auto jobs = make_jobs(2);
+  job_reaper reaper(probe.fn(), {.name = "boost_level", .boost_nice = 5});
+  reaper.enqueue(jobs[0]);
+  wait_until(probe.started);
+  if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
+  EXPECT_TRUE(reaper.boost());
+  EXPECT_EQ(nice_of(probe.worker.load()), 5);
+  EXPECT_TRUE(reaper.boost()) << "already at the level: true, and nothing changes";
+  EXPECT_EQ(reaper.stats().boosts, 1u);
+  reaper.enqueue(jobs[1]);
+  probe.release.count_down();
+  reaper.flush();
+  EXPECT_EQ(probe.nice_at_start.load(), 5);
+  ASSERT_TRUE(eventually([&] { return !reaper.stats().boosted; }, 20s));
+  EXPECT_EQ(nice_of(probe.worker.load()), 19);
+}
+
+TEST_F(ReaperBoostTest, AWorkerAlreadyAsUrgentAsTheCallerIsNotRaised) {
+  blocking_first probe;
+  auto jobs = make_jobs(1);
+  job_reaper reaper(probe.fn(), {.name = "boost_urgent", .nice = own_nice()});
+  reaper.enqueue(jobs[0]);
+  wait_until(probe.started);
+  EXPECT_TRUE(reaper.boost());
+  EXPECT_EQ(reaper.stats().boosts, 0u);
+  EXPECT_FALSE(reaper.stats().boosted);
+  probe.release.count_down();
+  reaper.flush();
+}
+
+TEST_F(ReaperBoostTest, SetNiceEndsABoost) {
+  blocking_first probe;
+  auto jobs = make_jobs(2);
+  job_reaper reaper(probe.fn(), {.name = "boost_set_nice"});
+  reaper.enqueue(jobs[0]);
+  wait_until(probe.started);
+  if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
+  ASSERT_TRUE(reaper.boost());
+  ASSERT_TRUE(reaper.stats().boosted);
+  ASSERT_TRUE(reaper.set_nice(10));
+  EXPECT_FALSE(reaper.stats().boosted);
+  EXPECT_EQ(nice_of(probe.worker.load()), 10);
+  reaper.enqueue(jobs[1]);
+  probe.release.count_down();
+  reaper.flush();
+  EXPECT_EQ(probe.nice_at_start.load(), 10);
+  EXPECT_EQ(nice_of(probe.worker.load()), 10) << "the drained worker has no boost to undo";
+}
+
+// capset(2) changes only the calling thread's capabilities: the thread that boosts below loses
+// CAP_SYS_NICE, the rest of the test process keeps it.
+bool drop_cap_sys_nice_on_this_thread() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  data[CAP_SYS_NICE / 32].effective &= ~(1u << (CAP_SYS_NICE % 32));
+  return syscall(SYS_capset, &header, data) == 0;
+}
+
+TEST_F(ReaperBoostTest, ARaiseTheSystemRefusesIsCountedTracedAndChangesNothing) {
+  rlimit nice_limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NICE, &nice_limit), 0);
+  const int caller_nice = own_nice();
+  if (nice_limit.rlim_cur != RLIM_INFINITY && nice_limit.rlim_cur >= static_cast<rlim_t>(20 - caller_nice)) {
+    GTEST_SKIP() << "RLIMIT_NICE " << nice_limit.rlim_cur << " lets any thread lower the worker's nice to "
+                 << caller_nice;
+  }
+  const std::uint64_t domain = teardown::trace::new_domain();
+  boost_recorder recorder(domain);
+  blocking_first probe;
+  auto jobs = make_jobs(1);
+  job_reaper reaper(probe.fn(), {.name = "boost_refused", .trace_domain = domain});
+  reaper.enqueue(jobs[0]);
+  wait_until(probe.started);
+  if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
+  std::optional<bool> raised;
+  bool dropped = false;
+  std::thread unprivileged([&] {
+    dropped = drop_cap_sys_nice_on_this_thread();
+    if (dropped) raised = reaper.boost();
+  });
+  unprivileged.join();
+  if (!dropped) {
+    probe.release.count_down();
+    GTEST_SKIP() << "capset refused to drop CAP_SYS_NICE: " << std::strerror(errno);
+  }
+  EXPECT_EQ(raised, std::optional<bool>(false));
+  EXPECT_EQ(nice_of(probe.worker.load()), 19);
+  const teardown::reaper_stats s = reaper.stats();
+  EXPECT_EQ(s.boosts_refused, 1u);
+  EXPECT_EQ(s.boosts, 0u);
+  EXPECT_FALSE(s.boosted);
+  probe.release.count_down();
+  reaper.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  const std::vector<recorded_boost> events = recorder.events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].reason, "refused");
+  EXPECT_EQ(events[0].before, 19);
+  EXPECT_EQ(events[0].after, caller_nice);
+}
+
+TEST_F(ReaperBoostTest, APoolFlushRaisesTheWorkerItWaitsForAndThePoolCountsIt) {
+  using job_pool = teardown::reaper_pool<job, &job::hook, job_fn>;
+  blocking_first probe;
+  auto jobs = make_jobs(2);
+  job_pool pool(probe.fn(), {.workers = 2, .steal = false, .worker = {.name = "boost_pool", .boost_after = 1ms}});
+  pool.enqueue(jobs[0]);
+  wait_until(probe.started);
+  if (pool.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
+  std::thread flusher([&] { pool.flush(); });
+  ASSERT_TRUE(eventually([&] { return pool.stats().boosted; }, 20s));
+  EXPECT_EQ(nice_of(probe.worker.load()), own_nice());
+  probe.release.count_down();
+  flusher.join();
+  EXPECT_GE(pool.stats().boosts, 1u);
+  ASSERT_TRUE(eventually([&] { return !pool.stats().boosted; }, 20s));
+  EXPECT_EQ(nice_of(probe.worker.load()), 19);
+  pool.enqueue(jobs[1]);
+  pool.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
+TEST_F(ReaperBoostTest, BadBoostOptionsAreRefusedNamingTheField) {
+  for (const auto& [opts, field] : {std::pair{reaper_options{.boost_after = -1ns}, "boost_after"},
+                                    std::pair{reaper_options{.boost_nice = 20}, "boost_nice"},
+                                    std::pair{reaper_options{.boost_nice = -21}, "boost_nice"}}) {
+    try {
+      job_reaper reaper(counting(), opts);
+      ADD_FAILURE() << field << ": accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("teardown::reaper: ") + field), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace teardown_test
