@@ -1368,18 +1368,18 @@ class matrix {
             .set("memory_back_vs_inline", back / inline_back)
             .set("cpu_vs_inline", cpu / inline_cpu)
             .set("reps", static_cast<int>(samples[i].size()));
-        const double lost = median_of(i, &teardown_sample::spinners_lost_ms);
-        if (!std::isnan(lost)) {
-          row.set("lost_cpu_vs_teardown_cpu", lost / cpu);
-          table_.push_back(strprintf("                  %6.3g  %-18s the spinners lost %.1f ms of CPU meanwhile: %.2f x the teardown's",
-                                     gib, kernels[i].label.c_str(), lost, lost / cpu));
-        }
         table_.push_back(strprintf(
             "                  %6.3g  %-18s %9.2f  1/%-7.0f %7.2f %8.2f %9.1f  %7.1f %6.3f  %7.1f %6.3f  %7.1f %6.3f  %5.0f %5.0f %5.0f",
             gib, kernels[i].label.c_str(), exit, inline_exit / exit, median_of(i, &teardown_sample::bookkeeping_us),
             median_of(i, &teardown_sample::enqueue_us), median_of(i, &teardown_sample::start_delay_us), torn,
             torn / inline_torn, back, back / inline_back, cpu, cpu / inline_cpu, median_of(i, &teardown_sample::cal),
             median_of(i, &teardown_sample::res), median_of(i, &teardown_sample::worker_switches)));
+        const double lost = median_of(i, &teardown_sample::spinners_lost_ms);
+        if (!std::isnan(lost)) {
+          row.set("lost_cpu_vs_teardown_cpu", lost / cpu);
+          table_.push_back(strprintf("                  %6.3g  %-18s the spinners lost %.1f ms of CPU meanwhile: %.2f x the teardown's",
+                                     gib, kernels[i].label.c_str(), lost, lost / cpu));
+        }
       }
       add_row(std::move(row));
     }

@@ -43,7 +43,7 @@
 //                       runs that destroys the domain aborts with a message).
 //   stats, enabled, threshold, max_pending, set_threshold, trace_domain, replace_max_pending
 //                       any thread; wait-free (replace_max_pending: lock-free).
-//   worker_nice, set_worker_nice   any thread; take the reaper's control mutex briefly.
+//   worker_nice, set_worker_nice   any thread; take the reaper's nice mutex briefly.
 //   enable, disable, set_enabled, set_max_pending
 //                       any thread; writers serialize (may block briefly). set_max_pending on
 //                       a domain sharing a budget sets the shared cap.
