@@ -144,6 +144,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "teardown/allocator_trim.hpp"
 #include "teardown/budget.hpp"
 #include "teardown/counter.hpp"
 #include "teardown/llist.hpp"
@@ -213,6 +214,8 @@ struct async_teardown_options {
                                                     // composition's trace_domain())
   reaper_pool_options pool{};  // reaper_pool_workers only: workers, steal, steal_after; its
                                // worker member is ignored (reaper above is used instead)
+  trim_options trim{};         // the worker(s) trim the allocator after batches that freed
+                               // trim.after cost units (allocator_trim.hpp); off by default
 };
 
 /// async_teardown's worker: one reaper thread (the default; the kernel's single mm_reaper).
@@ -251,6 +254,7 @@ struct async_teardown_stats {
   std::uint64_t cap = 0;         // the budget's cap
   std::uint64_t high_water = 0;  // the budget's highest pending
   // On a shared budget these three are the shared budget's: every sharer's charges together.
+  trim_stats trim{};             // the worker(s)' allocator trims (options' trim)
 };
 
 /// What drain() tore down on the caller.
@@ -608,6 +612,7 @@ class async_teardown {
     s.pending = budget_.pending();
     s.cap = budget_.cap();
     s.high_water = budget_.high_water();
+    s.trim = trimmer_.stats();
     return s;
   }
 
@@ -648,6 +653,7 @@ class async_teardown {
         budget_owner_(make_budget(opts)),
         budget_(*budget_owner_),
         sync_when_stalled_(opts.sync_when_stalled),
+        trimmer_(opts.trim),
         reaper_(start_reaper(this, std::move(opts))) {}
 
   // Everything refused before anything is built (the pool checks its own options as well).
@@ -686,6 +692,13 @@ class async_teardown {
       return std::nullopt;
     } else {
       opts.reaper.trace_domain = self->trace_domain_;  // the boost events are this composition's
+      if (self->trimmer_.enabled()) {
+        // On the worker(s) only: a trim never runs on a producer.
+        opts.reaper.after_batch = [self, theirs = std::move(opts.reaper.after_batch)] {
+          if (theirs) theirs();
+          (void)self->trimmer_.after_batch();
+        };
+      }
       return std::optional<reaper_type>(std::in_place, reap_fn{self}, Workers::worker_options(std::move(opts)));
     }
   }
@@ -796,6 +809,7 @@ class async_teardown {
         self->reaped_.add(1, std::memory_order_release);  // pairs with the acquire read in stats()
       }
     } settle_after_destroy{this, charge};
+    trimmer_.freed(charge);
     traits_.destroy(item);  // may free item
   }
 
@@ -810,6 +824,7 @@ class async_teardown {
   std::shared_ptr<budget> budget_owner_;
   budget& budget_;
   const bool sync_when_stalled_;
+  allocator_trimmer trimmer_;  // before reaper_: its workers call it
   std::atomic<bool> stopped_{false};
   // Written by every put while the gate is on: a line of its own, so that it never invalidates
   // the read-mostly knobs above.

@@ -93,6 +93,14 @@
 //   sync_when_stalled = true: while the reaper's oldest queued object has waited longer than
 //                         reaper.stall_threshold (1 s), deletions are inline (a destructor that
 //                         blocks on the reaper must not make everything else wait behind it).
+//   trim = {.after = 64 MiB}: freed is not returned — glibc keeps freed medium blocks in its
+//                         heap (and raises its mmap threshold after the first large free), so
+//                         RSS stays up after a deferred delete. After a batch, once the batches
+//                         since its last trim freed 64 MiB, the reaper calls malloc_trim: on
+//                         the reaper only, never on a deleting thread, in a drain or after
+//                         shutdown (allocator_trim.hpp; stats(): trims, trimmed_bytes,
+//                         trim_cpu_ns). At most 64 MiB stays untrimmed; trim.after = 0 turns it
+//                         off.
 //   reaper: named "deferred_delete", nice 19, on the housekeeping CPUs (reaper.hpp).
 //
 // The default domain (deferred::default_domain(): what deferred_deleter<T>{}, deferred_delete
@@ -348,12 +356,17 @@ struct deferred_stats {
   std::uint64_t pending_bytes = 0;  // queued and not yet freed
   std::uint64_t max_pending = 0;    // the budget's cap
   std::uint64_t high_water = 0;     // the highest pending_bytes so far
+  std::uint64_t trims = 0;          // allocator trims the reaper made (see "Knobs": trim)
+  std::uint64_t trimmed_bytes = 0;  // what they gave back: the resident set's drop across each
+  std::uint64_t trim_cpu_ns = 0;    // the reaper's CPU in them
 };
 
 class deferred_domain {
  public:
   /// Below this many bytes an object is deleted inline (see "Knobs").
   static constexpr std::uint64_t default_threshold = std::uint64_t{64} << 10;
+  /// The reaper trims the allocator once batches freed this many bytes (see "Knobs").
+  static constexpr std::uint64_t default_trim_after = std::uint64_t{64} << 20;
 
   /// A quarter of memory (see "Knobs"); 1 GiB if the system does not say.
   static std::uint64_t default_max_pending() noexcept {
@@ -379,6 +392,7 @@ class deferred_domain {
     opts.threshold = default_threshold;
     opts.shared_budget = default_budget();
     opts.reaper.name = "deferred_delete";
+    opts.trim.after = default_trim_after;
     return opts;
   }
 
@@ -514,6 +528,9 @@ class deferred_domain {
     s.pending_bytes = queue.pending;
     s.max_pending = queue.cap;
     s.high_water = queue.high_water;
+    s.trims = queue.trim.trims;
+    s.trimmed_bytes = queue.trim.trimmed_bytes;
+    s.trim_cpu_ns = queue.trim.trim_cpu_ns;
     return s;
   }
 

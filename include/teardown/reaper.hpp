@@ -252,6 +252,8 @@ struct reaper_options {
                                          // waiting thread's own (the constructing thread's for
                                          // a backlog the worker finds itself)
   std::uint64_t trace_domain = 0;        // carried by the worker's boost trace events
+  std::function<void()> after_batch{};   // called on the worker after each batch it ran (never
+                                         // on a caller); an exception goes to on_error
 };
 
 /// Setup steps the worker could not apply: reported in reaper_stats, never fatal.
@@ -266,7 +268,7 @@ struct reaper_stats {
   std::uint64_t enqueued = 0;         // enqueue calls
   std::uint64_t reaped = 0;           // items torn down, by the worker or inline
   std::uint64_t pending = 0;          // enqueued - reaped (a snapshot; may be briefly stale)
-  std::uint64_t errors = 0;           // fn threw
+  std::uint64_t errors = 0;           // fn (or after_batch) threw
   std::uint64_t batches = 0;          // non-empty batches the worker took
   std::uint64_t inline_reaped = 0;    // items torn down on a caller (after stop, in a fork child)
   std::uint64_t wakeups = 0;          // futex wakes made by producers
@@ -803,6 +805,7 @@ class reaper final : private detail::fork_participant {
       if (took) {
         if (link_.steal != nullptr) set_idle(false);
         run_in_flight();
+        if (opts_.after_batch) call_after_batch();
       }
       // A batch a freeze handed back is not done: its flush waits for the pass that takes it
       // again. (The rest of a batch a sibling took is that sibling's; see "Flush with
@@ -1102,6 +1105,17 @@ class reaper final : private detail::fork_participant {
 
   // ---- tearing down -------------------------------------------------------------------------
 
+  // Inside a catch handler: counts the error and hands it to on_error.
+  void report_error() noexcept {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    if (opts_.on_error) {
+      try {
+        opts_.on_error(std::current_exception());
+      } catch (...) {  // on_error's own failure must not take the backlog down with it
+      }
+    }
+  }
+
   // CLOCK_THREAD_CPUTIME_ID is a real syscall (no vDSO), so items are timed one by one only
   // when their type asks to be charged; the worker's total is read by stats() instead.
   void tear_down(T& item, bool on_worker) noexcept {
@@ -1114,13 +1128,7 @@ class reaper final : private detail::fork_participant {
     try {
       fn_(item);  // may free item
     } catch (...) {
-      errors_.fetch_add(1, std::memory_order_relaxed);
-      if (opts_.on_error) {
-        try {
-          opts_.on_error(std::current_exception());
-        } catch (...) {  // on_error's own failure must not take the backlog down with it
-        }
-      }
+      report_error();
     }
     if constexpr (cpu_accounted<T>) {
       if (owner != nullptr) owner->fetch_add(detail::thread_cpu_ns() - cpu_before, std::memory_order_relaxed);
@@ -1130,6 +1138,14 @@ class reaper final : private detail::fork_participant {
   }
 
   void tear_down_inline(T& item) noexcept { tear_down(item, /*on_worker=*/false); }
+
+  void call_after_batch() noexcept {
+    try {
+      opts_.after_batch();
+    } catch (...) {
+      report_error();
+    }
+  }
 
   // On a caller: takes whatever is queued (each node goes to exactly one taker) and tears it
   // down here, oldest first. First what a fork child's parked worker held (in held_, in run

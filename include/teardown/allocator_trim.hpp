@@ -1,0 +1,154 @@
+// teardown/allocator_trim.hpp — give freed heap memory back to the system, from a worker.
+//
+// Freed is not returned: malloc keeps what a program frees for its next allocations. glibc
+// gives a free chunk back only when it was mmap()ed (from 128 KiB up, until a large free raises
+// that threshold) or when it ends the heap; a gigabyte of medium objects freed behind one live
+// block stays resident. malloc_trim(0) walks the arenas and hands every free page back
+// (madvise), which costs milliseconds for a big heap: on a producer that is a stall, on the
+// worker that just freed the memory it costs nobody's latency. So a composition's worker calls
+// after_batch() once per batch, and the trimmer trims when the batches since the last trim
+// freed at least `after` (in the composition's cost units: bytes for a deferred_domain): at most
+// one trim per `after` freed, and at most `after` left untrimmed once the worker is idle. A
+// min_interval caps the rate further, at a price: what is freed within it after a trim waits
+// for a batch after it, and with no further batch stays in the heap.
+//
+//     allocator_trimmer trimmer({.after = 64 << 20});
+//     trimmer.freed(bytes);      // wherever memory was freed, any thread
+//     trimmer.after_batch();     // on the worker only, after a batch: trims when due
+//
+// Who may call what
+//   constructor   any thread; std::invalid_argument, building nothing, for a negative
+//                 min_interval or a null trim function while after is not 0.
+//   freed         any thread, concurrently; wait-free (one relaxed RMW; nothing when off).
+//   after_batch   the threads that may trim: a composition calls it on its workers only, never
+//                 on a producer. Concurrent calls trim at most once between them (a CAS claims
+//                 the trim); blocking while it trims.
+//   stats         any thread; wait-free.
+//
+// What a trim returned is measured as the process's resident set just before the call less
+// just after it (/proc/self/statm): the allocator's own statistics do not see pages it
+// madvise()s away. Other threads allocating or freeing meanwhile move that figure too.
+#pragma once
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "teardown/worker_thread.hpp"
+
+namespace teardown {
+
+namespace detail {
+
+// glibc's malloc_trim; elsewhere nothing to call (returns 0: nothing released).
+inline int system_malloc_trim(std::size_t pad) noexcept {
+#if defined(__GLIBC__)
+  return malloc_trim(pad);
+#else
+  (void)pad;
+  return 0;
+#endif
+}
+
+// This process's resident set in bytes (/proc/self/statm), 0 if unreadable.
+inline std::uint64_t resident_bytes() noexcept {
+  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[128];
+  const ssize_t got = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (got <= 0) return 0;
+  text[got] = '\0';
+  char* at = text;
+  (void)std::strtoull(at, &at, 10);  // size
+  const unsigned long long pages = std::strtoull(at, nullptr, 10);
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace detail
+
+struct trim_options {
+  std::uint64_t after = 0;  // trim once the batches since the last trim freed this much (the
+                            // composition's cost units: bytes for a deferred_domain); 0: never
+  std::chrono::nanoseconds min_interval{0};  // at most one trim per interval; 0: no limit but after
+  int (*trim)(std::size_t pad) = &detail::system_malloc_trim;  // the allocator's trim: glibc's
+                            // malloc_trim by default; another allocator's purge may stand in
+};
+
+struct trim_stats {
+  std::uint64_t trims = 0;           // trims made
+  std::uint64_t trimmed_bytes = 0;   // what they returned: the resident set's drop across each
+  std::uint64_t trim_cpu_ns = 0;     // the CPU they took, on the threads that trimmed
+};
+
+class allocator_trimmer {
+ public:
+  explicit allocator_trimmer(trim_options opts = {}) : opts_(validated(opts)) {}
+  allocator_trimmer(const allocator_trimmer&) = delete;
+  allocator_trimmer& operator=(const allocator_trimmer&) = delete;
+
+  bool enabled() const noexcept { return opts_.after != 0; }
+
+  void freed(std::uint64_t cost) noexcept {
+    if (enabled()) freed_since_trim_.fetch_add(cost, std::memory_order_relaxed);
+  }
+
+  // True if it trimmed.
+  bool after_batch() noexcept {
+    if (!enabled() || freed_since_trim_.load(std::memory_order_relaxed) < opts_.after) return false;
+    const std::uint64_t now = detail::monotonic_ns();
+    std::uint64_t last = last_trim_ns_.load(std::memory_order_relaxed);
+    if (last != 0 && now - last < static_cast<std::uint64_t>(opts_.min_interval.count())) return false;
+    // Claims this trim; a concurrent caller that loses sees the new time and waits its interval.
+    if (!last_trim_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return false;
+    freed_since_trim_.store(0, std::memory_order_relaxed);
+    const std::uint64_t resident_before = detail::resident_bytes();
+    const std::uint64_t cpu_before = detail::thread_cpu_ns();
+    (void)opts_.trim(0);
+    const std::uint64_t cpu = detail::thread_cpu_ns() - cpu_before;
+    const std::uint64_t resident_after = detail::resident_bytes();
+    trims_.fetch_add(1, std::memory_order_relaxed);
+    if (resident_before > resident_after) {
+      trimmed_bytes_.fetch_add(resident_before - resident_after, std::memory_order_relaxed);
+    }
+    trim_cpu_ns_.fetch_add(cpu, std::memory_order_relaxed);
+    return true;
+  }
+
+  trim_stats stats() const noexcept {
+    return {trims_.load(std::memory_order_relaxed), trimmed_bytes_.load(std::memory_order_relaxed),
+            trim_cpu_ns_.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  static trim_options validated(trim_options opts) {
+    if (opts.min_interval.count() < 0) {
+      throw std::invalid_argument("teardown::allocator_trimmer: trim.min_interval is negative (" +
+                                  std::to_string(opts.min_interval.count()) + " ns)");
+    }
+    if (opts.after != 0 && opts.trim == nullptr) {
+      throw std::invalid_argument("teardown::allocator_trimmer: trim.trim is null while trim.after is " +
+                                  std::to_string(opts.after) + " (0 turns trimming off)");
+    }
+    return opts;
+  }
+
+  const trim_options opts_;
+  std::atomic<std::uint64_t> freed_since_trim_{0};
+  std::atomic<std::uint64_t> last_trim_ns_{0};  // 0: never trimmed
+  std::atomic<std::uint64_t> trims_{0};
+  std::atomic<std::uint64_t> trimmed_bytes_{0};
+  std::atomic<std::uint64_t> trim_cpu_ns_{0};
+};
+
+}  // namespace teardown
