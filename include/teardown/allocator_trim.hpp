@@ -30,9 +30,6 @@
 // madvise()s away. Other threads allocating or freeing meanwhile move that figure too.
 #pragma once
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -43,6 +40,10 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#if defined(__GLIBC__)  // defined by the C library's headers above
+#include <malloc.h>
+#endif
 
 #include "teardown/worker_thread.hpp"
 

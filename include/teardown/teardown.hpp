@@ -2,6 +2,7 @@
 // Including a single component header (teardown/llist.hpp, ...) is cheaper and equally valid.
 #pragma once
 
+#include "teardown/allocator_trim.hpp"
 #include "teardown/async_teardown.hpp"
 #include "teardown/atomics.hpp"
 #include "teardown/budget.hpp"
