@@ -1,8 +1,10 @@
 // fork_bench — what fork() costs a program whose teardown worker is busy on a starved machine,
-// against the same program with no worker. The library's pthread_atfork handlers park every
-// live worker between items across fork(); a worker at nice 19 behind processes at nice 0 gets
-// a sliver of a CPU, and one in a blocking call (a process_reaper waiting for its victim) parks
-// only when the call returns, so the question is how much of that wait lands on fork().
+// against the same program with no worker. With fork_policy::wait_for_item the library's
+// pthread_atfork handlers park every live worker between items across fork(); a worker at
+// nice 19 behind processes at nice 0 gets a sliver of a CPU, and one in a blocking call (a
+// process_reaper waiting for its victim) parks only when the call returns. The default,
+// fork_policy::never_wait, waits for neither: the question is how much of a worker's wait
+// lands on fork() under each.
 // A plain program, not Google Benchmark: each row runs in a fresh child of this process, so
 // that no row's threads, queue or memory disturbs the next; the rows share one run, one set of
 // spinners and one machine, and their ratios are what to read.
