@@ -379,21 +379,12 @@ fork_summary summarize_forks(const row_report& report) {
   return {percentile(ms, 0.5), percentile(ms, 0.9), ms.back(), ms.front()};
 }
 
-json_object machine() {
-  return json_object()
-      .set("cpus", static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))
-      .set("mem_total_gib", static_cast<double>(teardown_bench::meminfo_bytes("MemTotal:")) / (1 << 30))
-      .set("cpu_model", teardown_bench::cpu_model())
-      .set("kernel", teardown_bench::kernel_release())
-      .set("load_average_1m", teardown_bench::load_average_1m());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const options opts = parse_options(argc, argv);
   try {
-    const json_object machine_json = machine();
+    const json_object machine_json = teardown_bench::machine_object();
     const std::uint64_t steps = steps_per_microsecond();  // before the spinners: a CPU of its own
     const int nice = getpriority(PRIO_PROCESS, 0);
     progress("fork_bench: %d items of %zu bytes, %d forks per row, %d busy processes at nice %d; fn = %llu steps "

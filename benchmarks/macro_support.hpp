@@ -31,6 +31,8 @@
 #include <utility>
 #include <vector>
 
+#include "machine_info.hpp"
+
 namespace teardown_bench {
 
 // ---- time and progress ------------------------------------------------------------------------
@@ -258,6 +260,16 @@ inline std::vector<std::string> split_list(const std::string& list) {
     if (comma == std::string::npos) return parts;
     start = comma + 1;
   }
+}
+
+// The "machine" object of a document: CPUs, memory, CPU model, kernel, load.
+inline json_object machine_object() {
+  return json_object()
+      .set("cpus", static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))
+      .set("mem_total_gib", static_cast<double>(meminfo_bytes("MemTotal:")) / (1 << 30))
+      .set("cpu_model", cpu_model())
+      .set("kernel", kernel_release())
+      .set("load_average_1m", load_average_1m());
 }
 
 // ---- a busy machine ---------------------------------------------------------------------------

@@ -182,15 +182,6 @@ case_report in_child(std::size_t object_bytes, std::size_t count, mode m) {
   return r;
 }
 
-json_object machine() {
-  return json_object()
-      .set("cpus", static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)))
-      .set("mem_total_gib", static_cast<double>(teardown_bench::meminfo_bytes("MemTotal:")) / (1 << 30))
-      .set("cpu_model", teardown_bench::cpu_model())
-      .set("kernel", teardown_bench::kernel_release())
-      .set("load_average_1m", teardown_bench::load_average_1m());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,7 +217,7 @@ int main(int argc, char** argv) {
     config.set("gib", opts.gib).set("quick", opts.quick).set("trim_after_mib", 64)
         .set("note", "each case in a fresh child; glibc's mmap threshold raised to 4 MiB first by one large free; "
                      "a live 64-byte block after each object");
-    const std::string json = teardown_bench::rows_document("trim_bench", machine(), config, rows);
+    const std::string json = teardown_bench::rows_document("trim_bench", teardown_bench::machine_object(), config, rows);
     if (!teardown_bench::write_document("trim_bench", opts.json, json)) return 1;
     progress("\nobject KiB  mode            RSS before  RSS after  returned  delete ms  flush ms  trims  trimmed MiB  trim CPU ms\n");
     for (const std::string& line : table) progress("%s\n", line.c_str());
