@@ -1,7 +1,9 @@
 // The reaper's wake policy (reaper_options::poll_interval, reaper.hpp "Wake policy"): with a
 // poll interval, producers never wake the worker (no futex wake on the enqueue path), every item
 // still runs, and the control plane (flush, freeze, stop, fork) wakes the worker at once instead
-// of waiting for its next look. The tests assert behaviour: counts, and that a call returns at
+// of waiting for its next look. Lazy polling (poll_interval_max): idle looks back off and work
+// brings them back; hurry() (a reaper's, a pool's, a fork's, async_teardown's past its mark, on
+// a refused charge or a lowered cap) wakes the worker at once. The tests assert behaviour: counts, and that a call returns at
 // all (bounded by a hang guard), never how long anything took.
 #include <gtest/gtest.h>
 #include <sys/types.h>
@@ -18,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "teardown/async_teardown.hpp"
 #include "teardown/model/mm.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/reaper_pool.hpp"
@@ -197,6 +200,173 @@ TEST(ReaperPollTest, TheModelKernelForwardsThePollIntervalToItsReaper) {
   EXPECT_EQ(task->exit(), teardown::decision::queued);
   ASSERT_TRUE(eventually([&] { return kernel.vmstat().reaped == 1; })) << "the queued mm was never torn down";
   EXPECT_EQ(kernel.reaper_statistics().wakeups, 0u) << "the exiting thread made a futex wake";
+}
+
+// ---- Lazy polling: looks that back off while idle, and hurries (reaper.hpp "Wake policy") ----
+
+// Long enough that an item waiting for the next look would outlast every wait below: each
+// wait for an item to run is a wait for a hurry (or a control call) to have woken the worker.
+constexpr auto kNoLook = 20s;
+
+TEST(ReaperLazyTest, IdleLooksBackOffToTheMaximumAndWorkBringsThemBack) {
+  const hang_guard guard(current_test_name());
+  auto jobs = make_jobs(1);
+  job_reaper reaper(counting(), {.name = "lazy_backoff", .spin_polls = 0, .poll_interval = 1ms,
+                                 .poll_interval_max = kHour});
+  EXPECT_EQ(reaper.stats().poll_limit_ns, std::uint64_t{1'000'000}) << "the first look is poll_interval";
+  // Each idle look doubles the next: 1, 2, 4, ... ms; 64 ms is reached after about 127 ms idle.
+  const std::uint64_t backed_off = 64'000'000;
+  ASSERT_TRUE(eventually([&] { return reaper.stats().poll_limit_ns >= backed_off; }, kNoLook))
+      << "the idle worker's looks did not back off: limit " << reaper.stats().poll_limit_ns << " ns";
+  EXPECT_GE(reaper.stats().polls, 6u) << "1 + 2 + ... + 32 ms: six looks ended at their limit";
+  reaper.enqueue(jobs[0]);
+  EXPECT_TRUE(reaper.hurry()) << "the worker was asleep in a long look";
+  ASSERT_TRUE(eventually([&] { return jobs[0].runs.load() == 1; }, kNoLook)) << "the hurried worker never ran it";
+  // The pass that took the item brought the limit back to poll_interval; it then backs off again
+  // (1 + 2 + ... ms), so for tens of milliseconds it reads below 64 ms.
+  EXPECT_TRUE(eventually([&] { return reaper.stats().poll_limit_ns < backed_off; }, kNoLook))
+      << "work did not bring the looks back to poll_interval";
+  EXPECT_EQ(reaper.stats().wakeups, 0u) << "a producer made a futex wake";
+  EXPECT_EQ(reaper.stats().hurries, 1u);
+}
+
+TEST(ReaperLazyTest, HurryWakesAWorkerThatPollsHourlyAndCountsOnlyRealWakes) {
+  const hang_guard guard(current_test_name());
+  auto jobs = make_jobs(2);
+  job_reaper reaper(counting(), {.name = "lazy_hurry", .spin_polls = 0, .poll_interval = kHour});
+  const pid_t worker = thread_named("lazy_hurry");
+  wait_until_asleep(worker);
+  reaper.enqueue(jobs[0]);
+  EXPECT_TRUE(reaper.hurry());
+  ASSERT_TRUE(eventually([&] { return jobs[0].runs.load() == 1; }, kNoLook)) << "hurry did not wake the worker";
+  wait_until_asleep(worker);
+  reaper.enqueue(jobs[1]);
+  EXPECT_TRUE(reaper.hurry());
+  ASSERT_TRUE(eventually([&] { return jobs[1].runs.load() == 1; }, kNoLook));
+  EXPECT_EQ(reaper.stats().hurries, 2u);
+  EXPECT_EQ(reaper.stats().wakeups, 0u) << "enqueue made a futex wake";
+  reaper.stop();
+  EXPECT_FALSE(reaper.hurry()) << "there is no worker to wake after stop";
+  EXPECT_EQ(reaper.stats().hurries, 2u);
+}
+
+TEST(ReaperLazyTest, AForkInTheParentHurriesAWorkerThatPollsHourly) {
+  const hang_guard guard(current_test_name());
+  auto jobs = make_jobs(1);
+  job_reaper reaper(counting(), {.name = "lazy_fork", .spin_polls = 0, .poll_interval = kHour,
+                                 .poll_interval_max = kHour});
+  wait_until_asleep(thread_named("lazy_fork"));
+  reaper.enqueue(jobs[0]);  // no wake: the next look is an hour away
+  const pid_t child = start_child([] { return child_ok; });
+  EXPECT_EQ(wait_child(child), child_ok);
+  ASSERT_TRUE(eventually([&] { return jobs[0].runs.load() == 1; }, kNoLook)) << "the fork did not hurry the worker";
+  EXPECT_EQ(reaper.stats().hurries, 1u);
+}
+
+TEST(ReaperLazyTest, APoolHurriesEverySleepingWorker) {
+  const hang_guard guard(current_test_name());
+  using job_pool = teardown::reaper_pool<job, &job::hook, job_fn>;
+  auto jobs = make_jobs(2);
+  job_pool pool(counting(), {.workers = 2, .steal = false,
+                             .worker = {.name = "lazy_pool", .spin_polls = 0, .poll_interval = kHour}});
+  wait_until_asleep(thread_named("lazy_pool-0"));
+  wait_until_asleep(thread_named("lazy_pool-1"));
+  pool.enqueue_to(0, jobs[0]);
+  pool.enqueue_to(1, jobs[1]);
+  EXPECT_EQ(pool.hurry(), 2u);
+  ASSERT_TRUE(eventually([&] { return ran_exactly_once(jobs) == jobs.size(); }, kNoLook)) << "a worker was not hurried";
+  EXPECT_EQ(pool.stats().hurries, 2u);
+  EXPECT_EQ(pool.stats().wakeups, 0u);
+}
+
+// async_teardown hurries a polling worker when its pending cost passes hurry_at, when the budget
+// refuses a charge, and when its cap is lowered (a pressure policy's way).
+struct costed {
+  teardown::llist_node hook;
+  std::uint64_t cost = 0;
+  std::uint64_t charge = 0;
+  std::atomic<int> destroyed{0};
+};
+struct costed_traits {
+  std::uint64_t cost(const costed& c) const { return c.cost; }
+  bool eligible(const costed&, std::uint64_t) const { return true; }
+  void prepare(costed&) const {}
+  void destroy(costed& c) const { c.destroyed.fetch_add(1); }
+  std::uint64_t& charge(costed& c) const { return c.charge; }
+};
+using lazy_async = teardown::async_teardown<costed, &costed::hook, costed_traits>;
+
+teardown::async_teardown_options lazy_async_options(const char* name, std::uint64_t cap, std::uint64_t hurry_at) {
+  return {.max_pending = cap,
+          .reaper = {.name = name, .spin_polls = 0, .poll_interval = kHour},
+          .hurry_at = hurry_at};
+}
+
+TEST(ReaperLazyTest, APutThatPassesTheMarkHurriesAndOneBelowItDoesNot) {
+  const hang_guard guard(current_test_name());
+  costed below, past;
+  below.cost = 40;
+  past.cost = 20;
+  lazy_async async(lazy_async_options("lazy_mark", 100, 0));  // hurry_at 0: half the cap, 50
+  wait_until_asleep(thread_named("lazy_mark"));
+  EXPECT_EQ(async.put(below), teardown::decision::queued);
+  EXPECT_EQ(async.reaper_statistics().hurries, 0u) << "40 pending is below the mark of 50";
+  EXPECT_EQ(async.put(past), teardown::decision::queued);  // 60 pending
+  ASSERT_TRUE(eventually([&] { return async.stats().reaped == 2; }, kNoLook)) << "the put past the mark did not hurry";
+  EXPECT_EQ(async.reaper_statistics().hurries, 1u);
+  EXPECT_EQ(below.destroyed.load() + past.destroyed.load(), 2);
+}
+
+TEST(ReaperLazyTest, ARefusedChargeHurriesTheWorker) {
+  const hang_guard guard(current_test_name());
+  costed queued, refused;
+  queued.cost = 60;
+  refused.cost = 60;
+  lazy_async async(lazy_async_options("lazy_refused", 100, 1000));  // a mark no put reaches
+  wait_until_asleep(thread_named("lazy_refused"));
+  EXPECT_EQ(async.put(queued), teardown::decision::queued);
+  EXPECT_EQ(async.reaper_statistics().hurries, 0u);
+  EXPECT_EQ(async.put(refused), teardown::decision::sync_rejected);  // 120 > 100: inline
+  ASSERT_TRUE(eventually([&] { return async.stats().reaped == 1; }, kNoLook)) << "the refusal did not hurry";
+  EXPECT_EQ(async.reaper_statistics().hurries, 1u);
+}
+
+TEST(ReaperLazyTest, LoweringTheCapHurriesTheWorkerAndRaisingItDoesNot) {
+  const hang_guard guard(current_test_name());
+  costed first;
+  first.cost = 10;
+  lazy_async async(lazy_async_options("lazy_cap", 100, 1000));
+  wait_until_asleep(thread_named("lazy_cap"));
+  EXPECT_EQ(async.put(first), teardown::decision::queued);
+  async.set_max_pending(200);
+  EXPECT_TRUE(async.replace_max_pending(200, 300));
+  EXPECT_EQ(async.reaper_statistics().hurries, 0u) << "a raised cap is no reason to hurry";
+  EXPECT_TRUE(async.replace_max_pending(300, 5));  // what a pressure policy does under pressure
+  ASSERT_TRUE(eventually([&] { return async.stats().reaped == 1; }, kNoLook)) << "the lowered cap did not hurry";
+  EXPECT_EQ(async.reaper_statistics().hurries, 1u);
+}
+
+TEST(ReaperLazyTest, BadLazyOptionsAreRefusedNamingTheField) {
+  const std::size_t threads_before = live_threads();
+  const auto refused = [](reaper_options opts, const char* field) {
+    try {
+      job_reaper reaper(counting(), std::move(opts));
+      ADD_FAILURE() << "accepted: " << field;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  refused({.poll_interval = 1ms, .poll_interval_max = -1ns}, "poll_interval_max is negative");
+  refused({.poll_interval_max = 10ms}, "poll_interval_max is set without a poll_interval");
+  refused({.poll_interval = 10ms, .poll_interval_max = 1ms}, "poll_interval_max (1000000 ns) is below poll_interval");
+  try {
+    lazy_async async({.reaper = {.name = "lazy_bad"}, .hurry_at = 10});
+    ADD_FAILURE() << "hurry_at without a poll_interval was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("hurry_at (10) is set without reaper.poll_interval"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(live_threads(), threads_before) << "no worker was started";
 }
 
 TEST(ReaperPollTest, NegativePollIntervalIsRefusedNamingTheField) {

@@ -106,6 +106,13 @@
 //   reaper_statistics, worker_count, in_own_callback
 //                             any thread; wait-free (set_max_pending and set_min_concurrent
 //                             validate first and throw std::invalid_argument, changing nothing).
+//   hurry                     any thread; lock-free (reaper::hurry on the worker(s)).
+//
+// A polling worker (opts.reaper.poll_interval > 0, lazy with poll_interval_max; reaper.hpp's
+// "Wake policy") is never woken by a put. The composition hurries it instead: after a put that
+// leaves hurry_at (default: half the cap) pending, after a put the budget refused, and when the
+// cap is lowered (set_max_pending, replace_max_pending: a pressure policy's temporary cap) while
+// anything is pending. flush, freeze and shutdown wake it as always.
 //
 // Memory ordering: the item's contents reach the worker through its queue (release add, acquire
 // del_all; a pool's steal passes them on with the same pair), the charge included, since it is
@@ -216,6 +223,11 @@ struct async_teardown_options {
                                // worker member is ignored (reaper above is used instead)
   trim_options trim{};         // the worker(s) trim the allocator after batches that freed
                                // trim.after cost units (allocator_trim.hpp); off by default
+  std::uint64_t hurry_at = 0;  // with a polling worker (reaper.poll_interval > 0, which never
+                               // wakes for a put): a put that leaves this much cost pending
+                               // hurries it (reaper::hurry); 0 = half the cap. Without a
+                               // poll_interval it is refused: every put that needs it wakes the
+                               // worker already
 };
 
 /// async_teardown's worker: one reaper thread (the default; the kernel's single mm_reaper).
@@ -399,6 +411,7 @@ class async_teardown {
       traits_.prepare(item);
       if (!budget_.try_reserve(cost)) {
         trace::reject(item_id(item), cost, budget_.pending(), budget_.cap(), trace_domain_);
+        if (lazy_) (void)reaper_->hurry();  // the budget is full: what is queued must go now
         return tear_down_inline(item, cost, decision::sync_rejected);
       }
       traits_.charge(item) = cost;
@@ -407,6 +420,7 @@ class async_teardown {
       trace::queue(item_id(item), cost, who.tid, who.name, detail::current_cpu(), trace_domain_);
       queued_.add();  // before the enqueue: reaped never overtakes queued
       reaper_->enqueue(item);
+      if (lazy_) hurry_if_due();
       return decision::queued;
     }
   }
@@ -453,6 +467,7 @@ class async_teardown {
         chain.for_each([&](T& item) {
           trace::reject(item_id(item), traits_.charge(item), budget_.pending(), budget_.cap(), trace_domain_);
         });
+        if (lazy_) (void)reaper_->hurry();  // as in put()
         return tear_down_chain_inline(std::move(chain), decision::sync_rejected);
       }
       const std::uint64_t now = detail::monotonic_ns();
@@ -464,6 +479,7 @@ class async_teardown {
       });
       queued_.add(items);  // before the enqueue: reaped never overtakes queued
       reaper_->enqueue_chain(std::move(chain));
+      if (lazy_) hurry_if_due();
       return decision::queued;
     }
   }
@@ -570,11 +586,27 @@ class async_teardown {
   /// Throws std::invalid_argument, changing nothing, above budget::max_cap. Lowering it below
   /// what is pending queues nothing new until the reaper brings pending under it. On a shared
   /// budget this sets the shared cap, for every composition sharing it (see shared_budget).
-  void set_max_pending(std::uint64_t cap) { budget_.set_cap(cap); }
+  void set_max_pending(std::uint64_t cap) {
+    const std::uint64_t before = budget_.cap();
+    budget_.set_cap(cap);
+    if (cap < before) hurry_after_lowered_cap();
+  }
   /// set_max_pending(desired) only if the cap still reads `expected` (budget::replace_cap): true
   /// if replaced. A temporary cap (pressure.hpp) is undone with it, so that a cap set meanwhile
   /// stands. Throws std::invalid_argument, changing nothing, above budget::max_cap. Lock-free.
-  bool replace_max_pending(std::uint64_t expected, std::uint64_t desired) { return budget_.replace_cap(expected, desired); }
+  bool replace_max_pending(std::uint64_t expected, std::uint64_t desired) {
+    if (!budget_.replace_cap(expected, desired)) return false;
+    if (desired < expected) hurry_after_lowered_cap();
+    return true;
+  }
+
+  /// Wakes the worker(s) now if they sleep, whatever the wake policy (reaper::hurry): for a
+  /// caller that knows what is queued must not wait for a polling worker's next look. True if
+  /// a sleeping worker was woken. Lock-free; any thread.
+  bool hurry() noexcept {
+    if constexpr (compiled_out) return false;
+    else return reaper_->hurry() != 0;
+  }
 
   /// The worker(s)' nice value (reaper::nice); opts.reaper.nice until set_worker_nice.
   int worker_nice() const {
@@ -654,7 +686,23 @@ class async_teardown {
         budget_(*budget_owner_),
         sync_when_stalled_(opts.sync_when_stalled),
         trimmer_(opts.trim),
+        hurry_at_(opts.hurry_at),
+        lazy_(opts.reaper.poll_interval.count() != 0),
         reaper_(start_reaper(this, std::move(opts))) {}
+
+  // A polling worker is not woken by puts (reaper.hpp's "Wake policy"): a put that leaves
+  // hurry_at (or half the cap) pending wakes it, so that the budget does not fill while it sleeps.
+  void hurry_if_due() noexcept {
+    const std::uint64_t mark = hurry_at_ != 0 ? hurry_at_ : budget_.cap() / 2;
+    if (budget_.pending() >= mark) (void)reaper_->hurry();
+  }
+
+  // A lower cap (set by hand or by a pressure policy) wants the memory back now.
+  void hurry_after_lowered_cap() noexcept {
+    if constexpr (!compiled_out) {
+      if (lazy_ && budget_.pending() != 0) (void)reaper_->hurry();
+    }
+  }
 
   // Everything refused before anything is built (the pool checks its own options as well).
   static async_teardown_options&& validated_options(async_teardown_options&& opts) {
@@ -664,6 +712,11 @@ class async_teardown {
                                   std::to_string(budget::max_cap) + ", got " + std::to_string(opts.max_pending));
     }
     opts.reaper = detail::validated_reaper_options(std::move(opts.reaper), "teardown::async_teardown", "reaper.");
+    if (opts.hurry_at != 0 && opts.reaper.poll_interval.count() == 0) {
+      throw std::invalid_argument("teardown::async_teardown: hurry_at (" + std::to_string(opts.hurry_at) +
+                                  ") is set without reaper.poll_interval; a worker that polls is the one a put must "
+                                  "hurry (without polling, puts wake it)");
+    }
     return std::move(opts);
   }
 
@@ -825,6 +878,8 @@ class async_teardown {
   budget& budget_;
   const bool sync_when_stalled_;
   allocator_trimmer trimmer_;  // before reaper_: its workers call it
+  const std::uint64_t hurry_at_;  // options' hurry_at (0: half the cap)
+  const bool lazy_;               // the worker polls: puts hurry it (see hurry_if_due)
   std::atomic<bool> stopped_{false};
   // Written by every put while the gate is on: a line of its own, so that it never invalidates
   // the read-mostly knobs above.

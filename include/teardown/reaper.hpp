@@ -13,6 +13,8 @@
 //   enqueue              any thread, concurrently. Lock-free. Makes a syscall (one futex wake)
 //   enqueue_chain        only when its add found the queue empty AND the worker is asleep AND
 //                        poll_interval is 0 (see "Wake policy"); with a poll_interval, never.
+//   hurry                any thread, concurrently; lock-free, async-signal-safe; one futex
+//                        wake at most (see "Wake policy").
 //                        After stop(), and in a fork child, it runs fn(item) on the caller instead.
 //                        Async-signal-safe while the worker runs, a thread's first enqueue
 //                        included (no lock, no allocation: counter.hpp); after stop() and in a
@@ -77,6 +79,16 @@
 // of them waits an interval. The price: about 1 / poll_interval timed wake-ups a second while
 // idle (stats().polls, stats().worker_cpu_ns), and a teardown that starts up to poll_interval
 // later. The default, 0, keeps the producer's wake.
+// Lazy polling (poll_interval_max > poll_interval; call_rcu's lazy callbacks): each look that
+// ends at its limit and finds nothing doubles the next limit, up to poll_interval_max, and a
+// pass that takes work brings it back to poll_interval, so an idle worker wakes about
+// 1 / poll_interval_max times a second and a burst is looked at every poll_interval. A
+// teardown then starts up to poll_interval_max late, unless someone hurries: hurry() wakes the
+// worker at once whatever the policy (the kernel's lazy/hurry split), and so do flush, freeze,
+// stop, reap_on_caller and fork (in the parent, after the fork). async_teardown hurries when
+// its pending cost passes a mark, when the budget refuses a charge and when its cap is lowered
+// (a pressure policy's cap); stats().hurries counts the hurries that woke a sleeping worker,
+// stats().poll_limit_ns is the limit of the worker's current look.
 //
 // Boost. A worker at nice 19 behind busy threads of nice 0 gets about 1.5% of a CPU, so memory
 // that a waiter needs back comes back 50 times later than inline. So, as the kernel boosts a
@@ -223,9 +235,10 @@ enum class fork_policy {
 };
 
 /// Checked by the constructor before any thread starts: a nice or boost_nice value outside
-/// [-20, 19], a negative CPU, stall_threshold, yield_after, poll_interval or boost_after, a
-/// policy, order or on_fork that is not one of the enum's values, or a name holding a NUL byte
-/// is refused with std::invalid_argument naming the field.
+/// [-20, 19], a negative CPU, stall_threshold, yield_after, poll_interval, poll_interval_max or
+/// boost_after, a poll_interval_max without a poll_interval or below it, a policy, order or
+/// on_fork that is not one of the enum's values, or a name holding a NUL byte is refused with
+/// std::invalid_argument naming the field.
 struct reaper_options {
   std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
   int nice = 19;                                     // applied to the worker thread; [-20, 19]
@@ -244,6 +257,10 @@ struct reaper_options {
                                          // finds the worker asleep wakes it (a futex wake);
                                          // > 0: enqueue never wakes it, the idle worker looks
                                          // at the queue at least this often ("Wake policy")
+  std::chrono::nanoseconds poll_interval_max = std::chrono::nanoseconds(0);  // lazy polling: an
+                                         // idle worker's looks back off (doubling) from
+                                         // poll_interval up to this; 0 = no back-off. Needs a
+                                         // poll_interval, and not below it
   fork_policy on_fork = fork_policy::never_wait;  // see "Fork"
   std::chrono::nanoseconds boost_after = std::chrono::milliseconds(10);  // how long work waits
                                          // before the worker's priority is raised ("Boost");
@@ -285,6 +302,11 @@ struct reaper_stats {
   std::uint64_t boosts_refused = 0;   // raises the system refused (no CAP_SYS_NICE and an
                                       // RLIMIT_NICE below the nice asked for)
   bool boosted = false;               // the worker runs raised now
+  std::uint64_t hurries = 0;          // hurry() calls (own or a composition's) that woke the
+                                      // sleeping worker
+  std::uint64_t poll_limit_ns = 0;    // the time limit of the worker's current or last look
+                                      // (poll_interval, backed off up to poll_interval_max);
+                                      // 0 without a poll_interval
 };
 
 /// What a reaper needs of its queue: llist's add, add_batch, del_all and empty, with their
@@ -343,6 +365,17 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
   if (opts.poll_interval.count() < 0) {
     refuse("poll_interval is negative (" + std::to_string(opts.poll_interval.count()) +
            " ns); 0 means producers wake the worker");
+  }
+  if (opts.poll_interval_max.count() < 0) {
+    refuse("poll_interval_max is negative (" + std::to_string(opts.poll_interval_max.count()) +
+           " ns); 0 means no back-off");
+  }
+  if (opts.poll_interval_max.count() != 0 && opts.poll_interval.count() == 0) {
+    refuse("poll_interval_max is set without a poll_interval; lazy polling backs off from poll_interval");
+  }
+  if (opts.poll_interval_max.count() != 0 && opts.poll_interval_max < opts.poll_interval) {
+    refuse("poll_interval_max (" + std::to_string(opts.poll_interval_max.count()) + " ns) is below poll_interval (" +
+           std::to_string(opts.poll_interval.count()) + " ns)");
   }
   if (opts.boost_after.count() < 0) {
     refuse("boost_after is negative (" + std::to_string(opts.boost_after.count()) + " ns); 0 means never boost");
@@ -614,6 +647,16 @@ class reaper final : private detail::fork_participant {
   /// the mutex set_nice takes, briefly.
   bool boost() { return raise_worker("caller"); }
 
+  /// Wakes the worker now if it sleeps, whatever the wake policy (see "Wake policy"): for a
+  /// caller that knows the queued work should not wait for the next look. True if it woke a
+  /// sleeping worker (counted in stats().hurries). Any thread, fn and signal handlers
+  /// included; lock-free, one futex wake at most.
+  bool hurry() noexcept {
+    if (!(kick() & sleeping_bit)) return false;
+    hurries_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
   /// True when called from this reaper's own callback: fn on its worker, or take or fn inside
   /// a reap_on_caller on this thread — where flush, freeze and stop are refused and destroying
   /// the reaper aborts. Wait-free.
@@ -712,6 +755,8 @@ class reaper final : private detail::fork_participant {
     s.boosts = boosts_.load(std::memory_order_relaxed);
     s.boosts_refused = boosts_refused_.load(std::memory_order_relaxed);
     s.boosted = boosted_.load(std::memory_order_relaxed);
+    s.hurries = hurries_.load(std::memory_order_relaxed);
+    s.poll_limit_ns = poll_limit_ns_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -818,6 +863,7 @@ class reaper final : private detail::fork_participant {
       }
       if (took) {
         polled_idle = false;
+        if (poll_ns_ != 0) poll_limit_ns_.store(poll_ns_, std::memory_order_relaxed);  // back to the short look
         continue;
       }
       if (link_.steal != nullptr) set_idle(true);  // a sibling's holding() may now wake this one
@@ -826,6 +872,13 @@ class reaper final : private detail::fork_participant {
       // burst right after a batch or a kick.
       if (!polled_idle && spin_found_work()) continue;
       polled_idle = sleep_until_kicked() && poll_ns_ != 0;
+      // Lazy polling: a look that ended at its limit doubles the next one (a pass that then
+      // takes work brings it back to poll_interval).
+      const std::uint64_t limit = poll_limit_ns_.load(std::memory_order_relaxed);
+      if (polled_idle && poll_max_ns_ > poll_ns_ && last_sleep_limit_ns_ == limit) {  // not a pool's watch
+        poll_limit_ns_.store(std::min(poll_max_ns_, limit > poll_max_ns_ / 2 ? poll_max_ns_ : 2 * limit),
+                             std::memory_order_relaxed);
+      }
     }
     // Stop: announce STOPPED first, then drain. A producer whose kick comes after the exchange
     // reads STOPPED and drains on its own thread, so the drain below ends even while
@@ -1074,7 +1127,7 @@ class reaper final : private detail::fork_participant {
       // In a pool, a sibling may hold a batch: sleep no longer than the pool says. A polling
       // worker sleeps no longer than its interval: producers do not wake it.
       std::uint64_t most = link_.watch != nullptr ? link_.watch(link_.pool, link_.index) : no_watch;
-      if (poll_ns_ != 0) most = std::min(most, poll_ns_);
+      if (poll_ns_ != 0) most = std::min(most, poll_limit_ns_.load(std::memory_order_relaxed));
       if (most != no_watch) last_sleep_limit_ns_ = most;
       if (most == no_watch) {
         // Sleeps only while the word still says SLEEPING; a kick changes it first.
@@ -1499,6 +1552,8 @@ class reaper final : private detail::fork_participant {
   }
 
   void fork_parent() noexcept override {
+    // A fork doubles what the parent's pages may cost (copy on write): a lazy worker looks now.
+    if (poll_ns_ != 0 && !on_worker()) (void)hurry();
     if (!parks_for_fork()) return;
     fork_parking_ = false;
     control_changed_.notify_all();
@@ -1568,6 +1623,8 @@ class reaper final : private detail::fork_participant {
   const pool_link link_;
   // 0: producers wake the worker (see "Wake policy").
   const std::uint64_t poll_ns_ = static_cast<std::uint64_t>(opts_.poll_interval.count());
+  // Lazy polling's longest look; poll_ns_ when it does not back off.
+  const std::uint64_t poll_max_ns_ = std::max(poll_ns_, static_cast<std::uint64_t>(opts_.poll_interval_max.count()));
   const std::uint64_t boost_ns_ = static_cast<std::uint64_t>(opts_.boost_after.count());  // 0: never
   // The constructing thread's nice: what a boost the worker starts itself raises it to.
   const std::optional<int> creator_nice_ = detail::calling_thread_nice();
@@ -1603,6 +1660,9 @@ class reaper final : private detail::fork_participant {
   std::atomic<std::uint64_t> inline_reaped_{0};
   std::atomic<std::uint64_t> yields_{0};
   std::atomic<std::uint64_t> polls_{0};
+  std::atomic<std::uint64_t> hurries_{0};
+  // The limit of the worker's next (or current) look; written by the worker only, read by stats().
+  std::atomic<std::uint64_t> poll_limit_ns_{poll_ns_};
   std::atomic<std::uint64_t> boosts_{0};
   std::atomic<std::uint64_t> boosts_refused_{0};
   std::atomic<bool> child_sweep_{false};  // a fork child's next drain sweeps every shard

@@ -38,6 +38,8 @@
 //   destructor            stop(). From the pool's own callback (fn, or take/fn inside
 //                         reap_on_caller) it aborts with a message (see in_own_callback).
 //   nice, set_nice        any thread; reaper's, on every worker.
+//   hurry                 any thread; reaper's, on every worker: lock-free, one futex wake per
+//                         sleeping worker at most.
 //   reap_on_caller        any thread but a worker; may block (runs teardowns): reaper's, on
 //                         every worker in turn; returns the sum.
 //   stats, worker_stats,  any thread; wait-free snapshots (worker_stats and worker_cpus throw
@@ -389,6 +391,13 @@ class reaper_pool final : private detail::fork_participant {
     return applied;
   }
 
+  /// reaper::hurry on every worker: the number of sleeping workers it woke.
+  std::size_t hurry() noexcept {
+    std::size_t woken = 0;
+    for (const auto& worker : workers_) woken += worker->hurry() ? 1 : 0;
+    return woken;
+  }
+
   /// Stops stealing, then asks every worker to stop and waits for each: each drains its queue,
   /// then is joined. Afterwards enqueue runs fn inline. Idempotent. May block, without limit.
   void stop() {
@@ -429,8 +438,8 @@ class reaper_pool final : private detail::fork_participant {
     return std::any_of(workers_.begin(), workers_.end(), [](const auto& worker) { return worker->stalled(); });
   }
 
-  /// The workers' stats added up (longest_wait_ns: the longest; setup_warnings: OR; running,
-  /// boosted: any). enqueued counts items where they were enqueued, reaped where they were torn down,
+  /// The workers' stats added up (longest_wait_ns, poll_limit_ns: the longest; setup_warnings:
+  /// OR; running, boosted: any). enqueued counts items where they were enqueued, reaped where they were torn down,
   /// so only the sums balance; pending is computed from the sums.
   reaper_stats stats() const noexcept {
     reaper_stats sum;
@@ -452,6 +461,8 @@ class reaper_pool final : private detail::fork_participant {
       sum.boosts += s.boosts;
       sum.boosts_refused += s.boosts_refused;
       sum.boosted = sum.boosted || s.boosted;
+      sum.hurries += s.hurries;
+      sum.poll_limit_ns = std::max(sum.poll_limit_ns, s.poll_limit_ns);
     }
     sum.pending = sum.enqueued > sum.reaped ? sum.enqueued - sum.reaped : 0;
     return sum;
