@@ -64,7 +64,10 @@
 //                     processes set PR_SET_PDEATHSIG = SIGKILL, and every pid is killed and
 //                     reaped on every path out, so nothing outlives a repetition.
 //   exit_breakdown    the first size: one deferred exit taken apart, inline / deferred with the default
-//                     wake / deferred with a polling reaper (--poll-interval-us, 1000) in turn.
+//                     wake / deferred with a polling reaper (--poll-interval-us, 1000) / deferred
+//                     with a lazy one (poll_interval_max --poll-max-us, 128000) in turn. The lazy
+//                     row waits for the worker's own look before its flush (a flush would hurry
+//                     it), so its start delay and torn_down_ms are those of an exit nobody waits for.
 //                     The queue trace point's hook stamps the moment the enqueue is reached, so
 //                     bookkeeping_us = exit() start -> enqueue reached (task::exit, mmput_exit,
 //                     put's steps) and enqueue_and_wake_us = the rest (the enqueue, its futex wake);
@@ -82,8 +85,10 @@
 //                     the producer) slept 0.02 / 2 / 20 / 200 ms, default wake vs polling, with
 //                     the time until fn started.
 //   poll_price        a bare reaper idle for 1 s at poll intervals 0 (the wake), 100 us, the
-//                     chosen one and 10 ms: its CPU per second and timed wake-ups per second,
-//                     then the time from an enqueue to fn starting.
+//                     chosen one and 10 ms, and lazy (the chosen one backing off to
+//                     --poll-max-us, measured once backed off): its CPU per second and timed
+//                     wake-ups per second, then the time from an enqueue to fn starting (lazy:
+//                     each enqueue after 2 to 4 x --poll-max-us idle, spread evenly).
 //   busy_machine      the first size on a busy machine: --busy processes (one per CPU by
 //                     default) spin at nice 0 while the teardown runs inline, deferred to a
 //                     nice-19 reaper that is never boosted (boost_after 0), and deferred with the
@@ -132,7 +137,8 @@
 //                        enqueue_and_wake_us {S}, samples
 //      wake_vs_idle      idle_ms, policy, enqueue_ns {S}, teardown_start_us {S},
 //                        wakeups_per_enqueue, samples
-//      poll_price        poll_interval_us (0: the wake), idle_cpu_us_per_s, polls_per_s,
+//      poll_price        poll_interval_us (0: the wake), poll_interval_max_us (0: no back-off),
+//                        idle_cpu_us_per_s, polls_per_s,
 //                        teardown_start_us {S}, enqueue_ns {S}
 //      any row           [skipped] (the reason; a skipped row may lack its measurements),
 //                        [seed] {"source", the seed's figures under our keys, "measure"}]}
@@ -213,6 +219,7 @@ struct options {
   double cpu_size_gib = 4;  // the seed's five 4GB teardowns
   double mem_fraction = 0.6;
   double poll_interval_us = 1000;  // the polling kernel's reaper_options::poll_interval
+  double poll_max_us = 128000;     // the lazy kernel's reaper_options::poll_interval_max
   int busy = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));  // busy_machine's spinners
   bool quick = false;
   std::vector<std::string> rows{std::begin(kRowKinds), std::end(kRowKinds)};
@@ -225,7 +232,7 @@ constexpr const char* kUsage =
     "                   [--rows exit_latency,simultaneous,below_threshold,drain,cpu_conservation,shadow_peer,\n"
     "                           exit_breakdown,placement,wake_vs_idle,poll_price,busy_machine]\n"
     "                   [--each GIB] [--below-reps N] [--drain-backlog GIB] [--cpu-size GIB]\n"
-    "                   [--mem-fraction F] [--poll-interval-us US] [--busy N]\n"
+    "                   [--mem-fraction F] [--poll-interval-us US] [--poll-max-us US] [--busy N]\n"
     "  --out FILE          write the JSON there (default: stdout)\n"
     "  --reps N            repetitions per row (default 3)\n"
     "  --sizes LIST        GiB per process for exit_latency and shadow_peer (default 1,4,16)\n"
@@ -236,6 +243,7 @@ constexpr const char* kUsage =
     "  --cpu-size GIB      each of cpu_conservation's five teardowns (default 4, as the seed)\n"
     "  --mem-fraction F    populate at most F of MemAvailable (default 0.6)\n"
     "  --poll-interval-us US  the polling kernel's reaper poll_interval (default 1000)\n"
+    "  --poll-max-us US    the lazy kernel's poll_interval_max: idle looks back off up to it (default 128000)\n"
     "  --busy N            busy_machine's spinning processes (default: one per CPU)\n"
     "  --quick             smoke test in seconds: sizes 0.25, M 2,4, each 0.25, reps 1,\n"
     "                      below-reps 5, drain-backlog 1, cpu-size 0.25 (other flags override)\n"
@@ -281,6 +289,8 @@ options parse_options(int argc, char** argv) {
       if (opts.mem_fraction > 0.95) kCommandLine.usage_error("--mem-fraction: at most 0.95");
     } else if (name == "--poll-interval-us") {
       opts.poll_interval_us = kCommandLine.positive(name, value);
+    } else if (name == "--poll-max-us") {
+      opts.poll_max_us = kCommandLine.positive(name, value);
     } else if (name == "--busy") {
       opts.busy = kCommandLine.count(name, value);
     } else if (name == "--rows") {
@@ -1211,6 +1221,7 @@ class matrix {
     int exit_cpu = -1;
     std::string worker_name{};
     pid_t worker = -1;
+    bool unhurried = false;  // the row waits for the teardown before its flush (which would hurry it)
   };
 
   static labelled_kernel make_kernel(std::string label, bool async, teardown::reaper_options reaper, int exit_cpu = -1) {
@@ -1249,6 +1260,7 @@ class matrix {
     auto task = populate(kernel, bytes);
     teardown_sample s;
     const std::uint64_t worker_cpu_before = kernel.reaper_statistics().worker_cpu_ns;
+    const std::uint64_t reaped_before = kernel.reaper_statistics().reaped;
     const std::uint64_t switches_before = context_switches(k.worker);
     const std::uint64_t cal_before = interrupts_named("CAL"), res_before = interrupts_named("RES");
     g_queue_reached_ns.store(0);
@@ -1263,6 +1275,8 @@ class matrix {
     s.decided = task->exit();
     const std::uint64_t end_ns = teardown::detail::monotonic_ns();
     const double exit_cpu = thread_cpu_ms() - cpu_before;
+    // A lazy worker's own look, not the flush's wake, starts an unhurried kernel's teardown.
+    if (k.unhurried) wait_for_reaped(kernel, reaped_before + 1);
     kernel.flush();
     s.torn_down_ms = ms_between(start, clock_type::now());
     if (busy_ != nullptr) {
@@ -1287,6 +1301,15 @@ class matrix {
     s.teardown_cpu_ms =
         k.deferred ? static_cast<double>(worker_cpu_after - worker_cpu_before) / 1e6 : exit_cpu;
     return s;
+  }
+
+  // Until the reaper has torn down `reaped` items in all (at most a minute: a lost teardown
+  // shows as a start delay of that size, and the flush after it still completes the row).
+  static void wait_for_reaped(on_off_kernel& kernel, std::uint64_t reaped) {
+    const auto give_up = clock_type::now() + std::chrono::minutes(1);
+    while (kernel.reaper_statistics().reaped < reaped && clock_type::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
   // Runs every kernel in turn, opts_.reps times, and adds one row per kernel; ratios against
@@ -1401,9 +1424,24 @@ class matrix {
       kernels.push_back(make_kernel("deferred_wake", true, {.name = "mmr_wake"}));
       kernels.push_back(make_kernel(strprintf("deferred_poll_%gus", opts_.poll_interval_us), true,
                                     {.name = "mmr_poll", .poll_interval = poll}));
+      kernels.push_back(lazy_kernel());
       teardown_rows("exit_breakdown", gib, kernels);
       warm_breakdown(gib, kernels);
     }
+  }
+
+  // The lazy policy: polls that back off from --poll-interval-us to --poll-max-us while idle.
+  // Unhurried: the row waits for the worker's own look before its flush.
+  labelled_kernel lazy_kernel() const {
+    labelled_kernel k = make_kernel(strprintf("deferred_lazy_%g-%gus", opts_.poll_interval_us, opts_.poll_max_us), true,
+                                    {.name = "mmr_lazy", .poll_interval = us(opts_.poll_interval_us),
+                                     .poll_interval_max = us(opts_.poll_max_us)});
+    k.unhurried = true;
+    return k;
+  }
+
+  static std::chrono::nanoseconds us(double microseconds) {
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(microseconds * 1e3));
   }
 
   // The same split with warm caches: simulated mms of the same size (no memory to populate, so
@@ -1508,12 +1546,15 @@ class matrix {
   };
 
   // `count` enqueues, each after the reaper has been idle `idle` (the producer sleeps too).
-  static enqueue_samples sample_enqueues(probe_reaper& reaper, std::chrono::microseconds idle, int count) {
+  // `spread`: the n-th enqueue comes after idle + spread * n / count, so that they meet a
+  // lazy worker's growing looks at different phases.
+  static enqueue_samples sample_enqueues(probe_reaper& reaper, std::chrono::microseconds idle, int count,
+                                         std::chrono::microseconds spread = std::chrono::microseconds(0)) {
     enqueue_samples out;
     probe_item item;
     for (int n = 0; n < count; ++n) {
       reaper.flush();
-      std::this_thread::sleep_for(idle);
+      std::this_thread::sleep_for(idle + spread * n / count);
       probe_started_ns.store(0, std::memory_order_relaxed);
       const std::uint64_t t0 = teardown::detail::monotonic_ns();
       reaper.enqueue(item);
@@ -1572,12 +1613,18 @@ class matrix {
     std::vector<double> intervals_us = {0, 100, opts_.poll_interval_us, 10000};
     std::sort(intervals_us.begin(), intervals_us.end());
     intervals_us.erase(std::unique(intervals_us.begin(), intervals_us.end()), intervals_us.end());
+    std::vector<std::pair<double, double>> policies;  // {poll_interval, poll_interval_max} in us
+    for (const double us : intervals_us) policies.emplace_back(us, 0);
+    policies.emplace_back(opts_.poll_interval_us, opts_.poll_max_us);  // lazy
     const auto window = std::chrono::milliseconds(opts_.quick ? 200 : 1000);
-    for (const double us : intervals_us) {
-      probe_reaper reaper(probe_fn{}, {.name = "probe_price", .spin_polls = 256,
-                                       .poll_interval = std::chrono::nanoseconds(static_cast<std::int64_t>(us * 1e3))});
+    for (const auto& [us, max_us] : policies) {
+      const bool lazy = max_us > us;
+      probe_reaper reaper(probe_fn{}, {.name = "probe_price", .spin_polls = 256, .poll_interval = this->us(us),
+                                       .poll_interval_max = this->us(max_us)});
       reaper.flush();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // A lazy worker is measured once its looks have backed off, as after any idle spell.
+      std::this_thread::sleep_for(lazy ? std::chrono::milliseconds(static_cast<std::int64_t>(2 * max_us / 1e3))
+                                       : std::chrono::milliseconds(20));
       const teardown::reaper_stats before = reaper.stats();
       const auto start = clock_type::now();
       std::this_thread::sleep_for(window);
@@ -1585,14 +1632,18 @@ class matrix {
       const double seconds = ms_between(start, clock_type::now()) / 1e3;
       const double cpu_us_per_s = static_cast<double>(after.worker_cpu_ns - before.worker_cpu_ns) / 1e3 / seconds;
       const double polls_per_s = static_cast<double>(after.polls - before.polls) / seconds;
-      // Teardown start: enqueues at arbitrary phases of the interval.
-      const enqueue_samples s = sample_enqueues(reaper, std::chrono::microseconds(3000), opts_.quick ? 10 : 50);
+      // Teardown start: enqueues at arbitrary phases of the interval (a lazy one's after idle
+      // spells from 2 to 4 x poll_interval_max, which its looks have backed off through).
+      const auto lazy_idle = std::chrono::microseconds(static_cast<std::int64_t>(2 * max_us));
+      const enqueue_samples s = lazy ? sample_enqueues(reaper, lazy_idle, opts_.quick ? 4 : 12, lazy_idle)
+                                     : sample_enqueues(reaper, std::chrono::microseconds(3000), opts_.quick ? 10 : 50);
       const summary st = summarize(s.start_us);
-      const std::string name = us == 0 ? "wake" : strprintf("%g", us);
+      const std::string name = us == 0 ? "wake" : lazy ? strprintf("%g-%g", us, max_us) : strprintf("%g", us);
       progress("poll_price %s: %.1f us CPU/s, %.0f polls/s, start p50 %.1f us\n", name.c_str(), cpu_us_per_s, polls_per_s, st.median);
       add_row(json_object()
                   .set("kind", "poll_price")
                   .set("poll_interval_us", us)
+                  .set("poll_interval_max_us", max_us)
                   .set("idle_cpu_us_per_s", cpu_us_per_s)
                   .set("polls_per_s", polls_per_s)
                   .set("teardown_start_us", st)

@@ -15,7 +15,11 @@
 // and the same for a reaper that polls its queue (reaper_options::poll_interval, 1 ms unless
 // --poll-interval says otherwise; 0 leaves the row out): the exiting thread then only pushes and
 // never makes the futex wake; the row's price line gives the idle reaper's CPU and wake-ups per
-// second and how much later a teardown starts.
+// second and how much later a teardown starts. Then the lazy reaper (poll_interval_max, 128 ms
+// unless --poll-max says otherwise; 0 leaves it out): its idle looks back off from the poll
+// interval to that, so it idles almost for free, and nobody hurries these exits (the row waits
+// for the worker's own look before its flush, which would hurry it): its line gives the start
+// delay that costs.
 // plus a process below the threshold (the sync path with the feature on and off) and the
 // compile-time-off build (basic_mm_system<const_key<false>>, the kernel's CONFIG=n). Last, a
 // busy machine: one process per CPU (--busy) spins at nice 0 while the first size is exited
@@ -27,6 +31,7 @@
 //   exit_latency 0.5 2 --reps 5  sizes in GiB; each capped at half of the free memory
 //   exit_latency --small         64 MiB, 1 repetition (ctest)
 //   exit_latency --poll-interval 10000   the polling row with a 10 ms interval (in us; 0: none)
+//   exit_latency --poll-max 0    leaves the lazy row out
 //   exit_latency --busy 0        leaves the busy-machine rows out
 //   exit_latency --help          the options
 // Every time in the table is in milliseconds (the async-on exit path with four decimals: it is
@@ -34,12 +39,14 @@
 #include <teardown/model/mm.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,6 +148,10 @@ class spinners {
 // While a row runs on a busy machine: the spinners, whose CPU measure_exit samples.
 const spinners* busy_spinners = nullptr;
 
+// The wait of the last item a reaper began to tear down (the reap trace point): the start delay.
+std::atomic<std::uint64_t> last_reap_wait_ns{0};
+void on_reap(const teardown::trace::reap_event& e) { last_reap_wait_ns.store(e.wait_ns, std::memory_order_relaxed); }
+
 struct sample {
   double exit_ms = 0;       // the exiting thread's mmput_exit
   double torn_down_ms = 0;  // until the teardown is done
@@ -149,14 +160,16 @@ struct sample {
   double reaper_cpu_ms = 0; // CPU of the reaper from that call until the teardown was done
   double spinners_lost_ms = 0;  // busy rows: the spinners' CPU that (call -> torn down) would have
                                 // given them at their rate just before, less what they got
+  double start_delay_ms = 0;    // from the exit until the reaper began the teardown (deferred)
 };
 
 // Progress goes to a terminal only: "\r" lines would litter a log.
 const bool show_progress = isatty(STDERR_FILENO) != 0;
 
 // Spawns a process of `pages`, exits it and measures. `progress` names the populate step.
+// unhurried: wait for the reaper's own look before the flush (which would hurry a lazy one).
 template <class System>
-sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
+sample measure_exit(System& kernel, std::uint64_t pages, const char* progress, bool unhurried = false) {
   const auto populate_start = clock_type::now();
   if (show_progress) std::fprintf(stderr, "\r  populating %-40s", progress);
   auto task = kernel.spawn(pages, backing::real);
@@ -174,12 +187,21 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
   // too): what they lose to the teardown is measured against it.
   const double spinners_rate = busy_spinners != nullptr ? busy_spinners->cpu_per_ms(std::chrono::milliseconds(200)) : 0;
   const double spinners_start = busy_spinners != nullptr ? busy_spinners->cpu_ms() : 0;
+  const std::uint64_t reaped_before = kernel.vmstat().reaped;
+  last_reap_wait_ns.store(0, std::memory_order_relaxed);
   const double cpu_start = thread_cpu_ms();
   const auto start = clock_type::now();
   task->exit();
   s.exit_ms = ms_between(start, clock_type::now());
   s.exit_cpu_ms = thread_cpu_ms() - cpu_start;
+  if (unhurried) {
+    const auto give_up = clock_type::now() + std::chrono::minutes(1);
+    while (kernel.vmstat().reaped == reaped_before && clock_type::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
   kernel.flush();  // the teardown is done once this returns
+  s.start_delay_ms = double(last_reap_wait_ns.load(std::memory_order_relaxed)) / 1e6;
   s.torn_down_ms = ms_between(start, clock_type::now());
   if (busy_spinners != nullptr) {
     s.spinners_lost_ms = spinners_rate * s.torn_down_ms - (busy_spinners->cpu_ms() - spinners_start);
@@ -199,22 +221,23 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress) {
 }
 
 struct row_result {
-  std::vector<double> exit_ms, torn_down_ms, available_ms, exit_cpu_ms, spinners_lost_ms;
+  std::vector<double> exit_ms, torn_down_ms, available_ms, exit_cpu_ms, spinners_lost_ms, start_delay_ms;
   double reaper_cpu_ms = 0;
 };
 
 template <class System>
-row_result run_row(System& kernel, std::uint64_t pages, int reps, const char* label) {
+row_result run_row(System& kernel, std::uint64_t pages, int reps, const char* label, bool unhurried = false) {
   row_result r;
   for (int rep = 0; rep < reps; ++rep) {
     const std::string progress = std::string(label) + " (" + std::to_string(rep + 1) + "/" + std::to_string(reps) + ")";
-    const sample s = measure_exit(kernel, pages, progress.c_str());
+    const sample s = measure_exit(kernel, pages, progress.c_str(), unhurried);
     r.exit_ms.push_back(s.exit_ms);
     r.torn_down_ms.push_back(s.torn_down_ms);
     r.available_ms.push_back(s.available_ms);
     r.exit_cpu_ms.push_back(s.exit_cpu_ms);
     r.reaper_cpu_ms += s.reaper_cpu_ms;
     r.spinners_lost_ms.push_back(s.spinners_lost_ms);
+    r.start_delay_ms.push_back(s.start_delay_ms);
   }
   return r;
 }
@@ -232,6 +255,7 @@ int main(int argc, char** argv) {
   std::vector<double> sizes_gib;
   int reps = 3;
   double poll_us = 1000;
+  double poll_max_us = 128000;
   bool small = false;
   int busy = static_cast<int>(std::thread::hardware_concurrency());
   example::command_line cli("exit_latency",
@@ -243,6 +267,8 @@ int main(int argc, char** argv) {
   cli.option("--reps", "N", reps, example::between(1, 1000), "repetitions per row; the table shows medians");
   cli.option("--poll-interval", "US", poll_us, example::between(0.0, 1e6),
              "the polling reaper's interval in microseconds; 0 leaves its row out");
+  cli.option("--poll-max", "US", poll_max_us, example::between(0.0, 1e7),
+             "the lazy reaper's longest idle look in microseconds (poll_interval_max); 0 leaves its row out");
   cli.option("--busy", "N", busy, example::between(0, 1024),
              "processes spinning at nice 0 for the busy-machine rows (default: one per CPU; 0 leaves them out)");
   cli.flag("--small", small, "64 MiB, one repetition (what ctest runs); SIZE_GIB and --reps still apply");
@@ -266,6 +292,20 @@ int main(int argc, char** argv) {
   mm_system polling({.async_mm_teardown = true,
                      .max_pending_pages = mm_system::default_max_pending_pages() * 3,
                      .reaper = {.name = "mm_reaper_poll", .poll_interval = poll_interval}});
+  // ... and whose looks back off while idle, up to poll_max_us (needs a poll interval below it).
+  const bool lazy_row = poll_us > 0 && poll_max_us > poll_us;
+  char lazy_label[48];
+  std::snprintf(lazy_label, sizeof lazy_label, "lazy %g-%g ms", poll_us / 1e3, poll_max_us / 1e3);
+  std::optional<mm_system> lazy;
+  if (lazy_row) {
+    lazy.emplace(mm_system_options{
+        .async_mm_teardown = true,
+        .max_pending_pages = mm_system::default_max_pending_pages() * 3,
+        .reaper = {.name = "mm_reaper_lazy",
+                   .poll_interval = poll_interval,
+                   .poll_interval_max = std::chrono::nanoseconds(static_cast<std::int64_t>(poll_max_us * 1e3))}});
+  }
+  teardown::trace::add_hook<teardown::trace::reap_event>(&on_reap);
 
   std::printf("exit_latency: the model kernel on real memory (%u CPUs, %.1f GiB free, page %zu B), "
               "%d repetition(s), medians\n",
@@ -276,6 +316,7 @@ int main(int argc, char** argv) {
               "memory free", "CPU reaper/");
   std::printf("%-22s %10s %10s %10s %18s %18s %12s\n", "", "(ms)", "(ms)", "", "(ms)", "(ms)", "inline");
 
+  std::vector<double> lazy_start_delays;  // every lazy exit's, all sizes
   for (double gib : sizes_gib) {
     const double cap = free_memory() / 2 / double(1ull << 30);
     if (gib > cap) {
@@ -306,6 +347,17 @@ int main(int argc, char** argv) {
                   "", median(polled.exit_ms), median(off.exit_ms) / median(polled.exit_ms), torn_down, available,
                   inline_cpu > 0 ? polled.reaper_cpu_ms / inline_cpu : 0.0);
     }
+    if (lazy_row) {
+      const row_result lazed =
+          run_row(*lazy, pages_of(gib), reps, (size_label(gib) + ", async on, lazy").c_str(), /*unhurried=*/true);
+      lazy_start_delays.insert(lazy_start_delays.end(), lazed.start_delay_ms.begin(), lazed.start_delay_ms.end());
+      std::snprintf(torn_down, sizeof torn_down, "%.1f / %.1f", median(off.torn_down_ms), median(lazed.torn_down_ms));
+      std::snprintf(available, sizeof available, "%s / %s", shown(median(off.available_ms)).c_str(),
+                    shown(median(lazed.available_ms)).c_str());
+      std::printf("%-22s %10s %10.4f %9.0fx %18s %18s %12.2f\n", (size_label(gib) + ", " + lazy_label).c_str(), "",
+                  median(lazed.exit_ms), median(off.exit_ms) / median(lazed.exit_ms), torn_down, available,
+                  inline_cpu > 0 ? lazed.reaper_cpu_ms / inline_cpu : 0.0);
+    }
   }
   if (poll_us > 0) {
     // The polling reaper's price while it has nothing to do, over one idle second.
@@ -318,6 +370,21 @@ int main(int argc, char** argv) {
                 "up to %s later; its exits made %llu futex wakes\n",
                 "", double(after.worker_cpu_ns - before.worker_cpu_ns) / 1e6 / seconds, double(after.polls - before.polls) / seconds,
                 poll_label, (unsigned long long)after.wakeups);
+  }
+  if (lazy_row) {
+    // The same for the lazy reaper, whose looks have backed off by now, and the start delay its
+    // exits paid: nobody hurried them.
+    const teardown::reaper_stats before = lazy->reaper_statistics();
+    const auto idle_start = clock_type::now();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const teardown::reaper_stats after = lazy->reaper_statistics();
+    const double seconds = ms_between(idle_start, clock_type::now()) / 1e3;
+    const double cpu_ms_per_s = double(after.worker_cpu_ns - before.worker_cpu_ns) / 1e6 / seconds;
+    std::printf("%-22s the idle lazy reaper: %.3f ms CPU (%.3f%% of a CPU) and %.1f timed wake-ups per second; its "
+                "teardowns started %.1f ms (median; max %.1f) after the exit, up to %g ms; %llu futex wakes\n",
+                "", cpu_ms_per_s, cpu_ms_per_s / 10, double(after.polls - before.polls) / seconds,
+                median(lazy_start_delays), lazy_start_delays.empty() ? 0.0 : *std::max_element(lazy_start_delays.begin(), lazy_start_delays.end()),
+                poll_max_us / 1e3, (unsigned long long)after.wakeups);
   }
 
   // Below the threshold the feature must change nothing: both are the inline path.
