@@ -32,6 +32,7 @@
 #include "teardown/deferred.hpp"
 #include "teardown/model/mm.hpp"
 #include "teardown/trace.hpp"
+#include "reaper_test_support.hpp"
 #include "test_support.hpp"
 
 namespace teardown_test {
@@ -773,6 +774,32 @@ TEST(PressurePolicyTest, OptionsCanSwitchEachActionOff) {
   EXPECT_EQ(async.worker_nice(), 19);
   EXPECT_EQ(async.stats().pending, 10u);
   async.thaw();
+}
+
+TEST(PressurePolicyTest, PressureHurriesALazyWorkerThatWouldLookOnlyHourly) {
+  // A worker that polls hourly with no producer wake (reaper.hpp, "Wake policy"): the policy's
+  // only action here is the lowered cap, and lowering it hurries the worker, which then tears
+  // the queued item down itself. Without the hurry the item would wait an hour.
+  injected_source source;
+  pressure_monitor monitor(source.options());
+  destroy_log log;
+  item queued;
+  queued.id = 1;
+  teardown::async_teardown_options opts = composition_options(1'000);
+  opts.reaper.spin_polls = 0;
+  opts.reaper.poll_interval = std::chrono::hours(1);
+  opts.hurry_at = 1'000;  // no put reaches the mark: only the pressure may hurry
+  composition async(std::move(opts), item_traits{&log});
+  reaper_support::wait_until_asleep(reaper_support::thread_named("pressure_items"));  // in its hourly look
+  ASSERT_EQ(async.put(queued), teardown::decision::queued);
+  pressure_policy policy(monitor, async, {.thaw = false, .raise_priority = false, .drain_per_event = 0});
+  source.signal_event();
+  ASSERT_TRUE(eventually([&] { return policy.stats().events == 1; }));
+  EXPECT_EQ(policy.stats().drained_items, 0u);
+  EXPECT_TRUE(eventually([&] { return async.stats().reaped == 1; }, std::chrono::seconds(20)))
+      << "the lowered cap did not hurry the polling worker";
+  EXPECT_EQ(async.stats().drained, 0u) << "the worker, not the monitor thread, tore it down";
+  EXPECT_EQ(async.reaper_statistics().hurries, 1u);
 }
 
 std::mutex trace_mutex;

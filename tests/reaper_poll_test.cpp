@@ -41,23 +41,6 @@ std::size_t live_threads() {
                                                 std::filesystem::directory_iterator()));
 }
 
-// The tid of this process's thread named `name` (/proc/self/task/*/comm), once it exists.
-pid_t thread_named(const std::string& name) {
-  std::optional<pid_t> found;
-  EXPECT_TRUE(eventually([&] {
-    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
-      std::string comm = read_text(entry.path().string() + "/comm");
-      if (!comm.empty() && comm.back() == '\n') comm.pop_back();
-      if (comm == name) {
-        found = static_cast<pid_t>(std::stoi(entry.path().filename().string()));
-        return true;
-      }
-    }
-    return false;
-  })) << "no thread named " << name;
-  return found.value_or(-1);
-}
-
 // Enqueues `jobs` one at a time, each once the worker is asleep in futex() (its spin is off), so
 // that every enqueue finds the queue empty and the worker sleeping: the case where a producer
 // of the default policy makes its futex wake.

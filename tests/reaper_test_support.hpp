@@ -16,10 +16,12 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <latch>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -27,6 +29,8 @@
 #include <vector>
 
 #include "teardown/reaper.hpp"
+
+#include "test_support.hpp"
 
 namespace teardown_test::reaper_support {
 
@@ -93,6 +97,23 @@ inline void wait_until_asleep(pid_t tid) {
     }
     std::this_thread::sleep_for(1ms);
   }
+}
+
+// The tid of this process's thread named `name` (/proc/self/task/*/comm), once it exists.
+inline pid_t thread_named(const std::string& name) {
+  std::optional<pid_t> found;
+  EXPECT_TRUE(eventually([&] {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::string comm = read_text(entry.path().string() + "/comm");
+      if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+      if (comm == name) {
+        found = static_cast<pid_t>(std::stoi(entry.path().filename().string()));
+        return true;
+      }
+    }
+    return false;
+  })) << "no thread named " << name;
+  return found.value_or(-1);
 }
 
 // Aborts the process with a clear message if the test has not finished after `limit`: a guard
