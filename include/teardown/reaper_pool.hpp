@@ -394,7 +394,9 @@ class reaper_pool final : private detail::fork_participant {
   /// reaper::hurry on every worker: the number of sleeping workers it woke.
   std::size_t hurry() noexcept {
     std::size_t woken = 0;
-    for (const auto& worker : workers_) woken += worker->hurry() ? 1 : 0;
+    for (const auto& worker : workers_) {
+      if (worker->hurry()) ++woken;
+    }
     return woken;
   }
 
