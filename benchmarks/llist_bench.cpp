@@ -59,7 +59,9 @@
 // producers the sharded_llist has the default shard count and each producer adds to its own
 // shard; at 16 and 64 it has 64 shards and producer p adds with add_to(p). The summary prints
 // items/s, the ratio to llist's with the same take at the same P, and ns per node; the counter
-// nodes_per_take says whether the consumer found work (near 1: it polled an empty list).
+// nodes_per_take says whether the consumer found work (near 1: it polled an empty list). One
+// iteration is one take that found nodes (the empty ones before it included), after a warm-up
+// of two pools' worth of nodes, since the batch size settles only once the pools went round.
 //
 // Peers whose package CMake did not find are compiled out (TEARDOWN_BENCH_HAVE_BOOST, _CK,
 // _URCU) and named on stderr and in the JSON context as skipped.
@@ -506,11 +508,24 @@ void consumer_bound_random(benchmark::State& state, std::size_t producers, std::
     });
   }
 
+  // The batch size settles only after the pools have gone round: the first takes find a few
+  // nodes, later ones about what the consumer handed back during its last walk. Without a
+  // warm-up the benchmark would size its run by a few cheap takes and then run far too long.
+  for (std::size_t warm = 0; warm < 2 * kRandomTotalNodes;) warm += shared.take_counted();
+  // One iteration is one take that found nodes; empty takes are counted in nodes_per_take.
   std::size_t taken = 0;
-  for (auto _ : state) taken += shared.take_counted();
+  std::size_t takes = 0;
+  for (auto _ : state) {
+    std::size_t got = 0;
+    do {
+      got = shared.take_counted();
+      ++takes;
+    } while (got == 0);
+    taken += got;
+  }
   state.SetItemsProcessed(static_cast<std::int64_t>(taken));
   state.counters["nodes_per_take"] =
-      benchmark::Counter(static_cast<double>(taken) / static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1)));
+      benchmark::Counter(static_cast<double>(taken) / static_cast<double>(std::max<std::size_t>(takes, 1)));
 
   stop.store(true, std::memory_order_relaxed);
   for (std::thread& thread : threads) thread.join();
@@ -669,7 +684,7 @@ class ratio_reporter : public teardown_bench::summary_reporter {
     std::fprintf(out, "\nconsumer-bound, random-order nodes: M items/s, ratio to llist with the same take, "
                       "ns per node, nodes per take:\n");
     std::fprintf(out, "%-40s", "producers");
-    for (std::size_t p : kRandomProducers) std::fprintf(out, "%34zu", p);
+    for (std::size_t p : kRandomProducers) std::fprintf(out, "%40zu", p);
     std::fprintf(out, "\n");
     for (const char* take : kRandomTakes) {
       for (const char* list : kRandomLists) {
@@ -679,13 +694,13 @@ class ratio_reporter : public teardown_bench::summary_reporter {
           const double rate = random_rate(list, take, p);
           const double single = random_rate("llist", take, p);
           if (rate <= 0) {
-            std::fprintf(out, "%34s", "-");
+            std::fprintf(out, "%40s", "-");
             continue;
           }
           char cell[64];
           std::snprintf(cell, sizeof cell, "%.1f M/s %.2fx %.1f ns %.0f/take", rate / 1e6,
                         single > 0 ? rate / single : 0.0, 1e9 / rate, random_counter(list, take, p, "nodes_per_take"));
-          std::fprintf(out, "%34s", cell);
+          std::fprintf(out, "%40s", cell);
         }
         std::fprintf(out, "\n");
       }
