@@ -104,6 +104,11 @@
 // the wake-up argument above needs only that add returns true for an add that the consumer's
 // next del_all might otherwise miss (llist: the empty -> non-empty transition; sharded_llist:
 // its was-empty signal), and that every del_all call takes each node it sees exactly once.
+// For drain_order::oldest_first the reaper takes with del_all().reverse(), or, where the queue
+// declares del_all_oldest_first() (del_all_sweep_oldest_first() for a sweep) in the same class
+// as its del_all (del_all_sweep), with that: sharded_llist's, which costs one walk where the
+// join and the reversal are two. A queue that wraps del_all in a derived class keeps having its
+// del_all called (detail::take_queue).
 //
 // In a pool (reaper_pool.hpp) a worker has three more steps, all on the worker and all off for
 // a reaper on its own (whose per-item path is unchanged). (1) When its own queue is empty it
