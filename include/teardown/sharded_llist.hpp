@@ -13,7 +13,8 @@
 //     queue.del_all_by_shard([](auto&& nodes) { for (job& j : nodes) run(j); });  // newest first
 //
 // Who may call what at the same time on one sharded_llist ("-": no lock needed; "del_all" is
-// every take: del_all, del_all_oldest_first, del_all_by_shard, and their _sweep variants):
+// every take: del_all, del_all_oldest_first, del_all_by_shard, del_all_sweep and
+// del_all_sweep_oldest_first):
 //
 //                             add / add_batch / add_to   del_all   empty
 //     add / add_batch / add_to           -                  -        -
