@@ -45,6 +45,24 @@
 // It measures what a take costs the consumer: sharded_llist takes only the shards its summary
 // word flags, where a single head takes one line.
 //
+// The random-order consumer-bound case (consumer_bound/random/<list>/<take>/producers:P, P = 1, 2,
+// 16, 64): the same loop, but each producer's pool walks a fixed random permutation of its nodes
+// (seeded; the seed is in the JSON context) instead of the ring, and the pools hold
+// kRandomTotalNodes nodes together (32 MiB), far more than the L2 and the L3 of the machines we
+// run on: every node the consumer reads is a cache miss, as when real programs recycle their
+// objects in any order. So each pass over the taken nodes costs what it costs in a program, and
+// a take that walks them once more (sharded_llist's del_all joining its shards) shows. <take>:
+// newest_first (llist: del_all(); sharded_llist: del_all_by_shard, which joins nothing) and
+// oldest_first as a reaper takes (llist: del_all().reverse(); sharded_llist:
+// del_all_oldest_first(), one walk). Where the library lacks those (an older build compared
+// before/after) the sharded cases fall back to del_all() and del_all().reverse(). At 1 and 2
+// producers the sharded_llist has the default shard count and each producer adds to its own
+// shard; at 16 and 64 it has 64 shards and producer p adds with add_to(p). The summary prints
+// items/s, the ratio to llist's with the same take at the same P, and ns per node; the counter
+// nodes_per_take says whether the consumer found work (near 1: it polled an empty list). One
+// iteration is one take that found nodes (the empty ones before it included), after a warm-up
+// of two pools' worth of nodes, since the batch size settles only once the pools went round.
+//
 // Peers whose package CMake did not find are compiled out (TEARDOWN_BENCH_HAVE_BOOST, _CK,
 // _URCU) and named on stderr and in the JSON context as skipped.
 #include <benchmark/benchmark.h>
@@ -52,6 +70,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <concepts>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -59,9 +78,12 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -354,6 +376,176 @@ struct alignas(64) mutex_vector_case {
   std::vector<bench_node*> taken;    // the consumer's own
 };
 
+// ---- The random-order consumer-bound case.
+
+// All producers' pools together: 2^19 nodes of 64 bytes, 32 MiB.
+constexpr std::size_t kRandomTotalNodes = std::size_t{1} << 19;
+constexpr std::uint64_t kRandomSeed = 20261202;
+
+// A pool whose take() walks a fixed random permutation of its nodes, so that consecutive pushes
+// (and hence consecutive nodes of a taken batch) sit far apart in memory.
+class random_node_pool {
+ public:
+  random_node_pool(std::size_t nodes, std::uint64_t seed)
+      : nodes_(new bench_node[nodes]), order_(nodes), size_(nodes) {
+    std::iota(order_.begin(), order_.end(), std::uint32_t{0});
+    std::mt19937_64 random(seed);
+    std::shuffle(order_.begin(), order_.end(), random);
+  }
+
+  // As node_pool::take_unless.
+  bench_node* take_unless(const std::atomic<bool>& stop) noexcept {
+    bench_node& n = nodes_[order_[next_]];
+    // acquire: pairs with the release in hand_back().
+    while (n.in_flight.load(std::memory_order_acquire)) {
+      if (stop.load(std::memory_order_relaxed)) return nullptr;
+      std::this_thread::yield();
+    }
+    next_ = next_ + 1 == size_ ? 0 : next_ + 1;
+    // relaxed: as in node_pool::take().
+    n.in_flight.store(true, std::memory_order_relaxed);
+    return &n;
+  }
+
+ private:
+  std::unique_ptr<bench_node[]> nodes_;
+  std::vector<std::uint32_t> order_;
+  std::size_t size_;
+  std::size_t next_ = 0;
+};
+
+enum class take_kind { newest_first, oldest_first };
+
+// What this build of the library offers (the before/after comparison builds older ones too).
+template <class List>
+concept has_oldest_first_take = requires(List& list) {
+  { list.del_all_oldest_first() } -> std::same_as<typename List::batch>;
+};
+template <class List>
+concept has_take_by_shard = requires(List& list) {
+  list.del_all_by_shard([](typename List::batch&&) noexcept {});
+};
+
+// The list and the take. Shards: 0 for an llist; for a sharded_llist its shard count (0: the
+// default) and whether producer p adds with add_to(p) (a shard each) or add().
+template <class List, take_kind Take>
+struct random_case {
+  static constexpr bool sharded = !std::is_same_v<List, teardown::llist<bench_node, &bench_node::hook>>;
+  using batch = typename List::batch;
+
+  explicit random_case(std::size_t shards, bool own_shards) : list(make(shards)), add_to(own_shards) {}
+
+  static std::unique_ptr<List> make(std::size_t shards) {
+    if constexpr (sharded) {
+      return std::make_unique<List>(shards);
+    } else {
+      (void)shards;
+      return std::make_unique<List>();
+    }
+  }
+
+  void push(bench_node& n, std::size_t producer) noexcept {
+    if constexpr (sharded) {
+      if (add_to) {
+        (void)list->add_to(producer, n);
+        return;
+      }
+    }
+    (void)producer;
+    (void)list->add(n);
+  }
+
+  static std::size_t hand_back_all(batch& nodes) noexcept {
+    std::size_t taken = 0;
+    for (bench_node& n : nodes) {
+      hand_back(n);
+      ++taken;
+    }
+    return taken;
+  }
+
+  std::size_t take_counted() noexcept {
+    if constexpr (Take == take_kind::newest_first) {
+      if constexpr (has_take_by_shard<List>) {
+        std::size_t taken = 0;
+        list->del_all_by_shard([&taken](batch&& nodes) noexcept { taken += hand_back_all(nodes); });
+        return taken;
+      } else {
+        batch nodes = list->del_all();
+        return hand_back_all(nodes);
+      }
+    } else {
+      if constexpr (has_oldest_first_take<List>) {
+        batch nodes = list->del_all_oldest_first();
+        return hand_back_all(nodes);
+      } else {
+        batch nodes = list->del_all().reverse();
+        return hand_back_all(nodes);
+      }
+    }
+  }
+
+  std::unique_ptr<List> list;
+  bool add_to;
+};
+
+template <class Case>
+void consumer_bound_random(benchmark::State& state, std::size_t producers, std::size_t shards, bool own_shards) {
+  Case shared(shards, own_shards);
+  std::vector<random_node_pool> pools;
+  pools.reserve(producers);
+  for (std::size_t p = 0; p < producers; ++p) pools.emplace_back(kRandomTotalNodes / producers, kRandomSeed + p);
+  // Relaxed, as in consumer_bound.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (std::size_t p = 0; p < producers; ++p) {
+    threads.emplace_back([&shared, &pools, &stop, p] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        bench_node* n = pools[p].take_unless(stop);
+        if (n == nullptr) break;
+        shared.push(*n, p);
+      }
+    });
+  }
+
+  // The batch size settles only after the pools have gone round: the first takes find a few
+  // nodes, later ones about what the consumer handed back during its last walk. Without a
+  // warm-up the benchmark would size its run by a few cheap takes and then run far too long.
+  for (std::size_t warm = 0; warm < 2 * kRandomTotalNodes;) warm += shared.take_counted();
+  // One iteration is one take that found nodes; empty takes are counted in nodes_per_take.
+  std::size_t taken = 0;
+  std::size_t takes = 0;
+  for (auto _ : state) {
+    std::size_t got = 0;
+    do {
+      got = shared.take_counted();
+      ++takes;
+    } while (got == 0);
+    taken += got;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(taken));
+  state.counters["nodes_per_take"] =
+      benchmark::Counter(static_cast<double>(taken) / static_cast<double>(std::max<std::size_t>(takes, 1)));
+
+  stop.store(true, std::memory_order_relaxed);
+  for (std::thread& thread : threads) thread.join();
+  while (shared.take_counted() != 0) {
+  }
+}
+
+using single_head = teardown::llist<bench_node, &bench_node::hook>;
+using sharded_head = teardown::sharded_llist<bench_node, &bench_node::hook>;
+
+constexpr std::string_view kRandom = "consumer_bound/random/";
+constexpr std::size_t kRandomProducers[] = {1, 2, 16, 64};
+const char* const kRandomLists[] = {"llist", "sharded_llist"};
+const char* const kRandomTakes[] = {"newest_first", "oldest_first"};
+
+std::string random_name(std::string_view list, std::string_view take, std::size_t producers) {
+  return std::string(kRandom) + std::string(list) + "/" + std::string(take) + "/producers:" +
+         std::to_string(producers);
+}
+
 // ---- The harness.
 
 template <class Case>
@@ -444,6 +636,8 @@ void consumer_bound(benchmark::State& state, std::size_t producers) {
   std::size_t taken = 0;
   for (auto _ : state) taken += shared->take_counted();
   state.SetItemsProcessed(static_cast<std::int64_t>(taken));
+  state.counters["nodes_per_take"] =
+      benchmark::Counter(static_cast<double>(taken) / static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1)));
 
   stop.store(true, std::memory_order_relaxed);
   for (std::thread& thread : threads) thread.join();
@@ -473,6 +667,56 @@ class ratio_reporter : public teardown_bench::summary_reporter {
   void print_summary(std::FILE* out) const override {
     print_push_side(out);
     print_consumer_bound(out);
+    print_random(out);
+  }
+
+  // The goals: with random-order nodes, a sharded_llist's consumer moves at least 0.95x the
+  // single head's items at 1 and 2 producers, and at 16 and 64 spends at most 1.1x its ns per
+  // node.
+  void print_random(std::FILE* out) const {
+    bool any = false;
+    for (const char* list : kRandomLists) {
+      for (const char* take : kRandomTakes) {
+        for (std::size_t p : kRandomProducers) any |= random_rate(list, take, p) > 0;
+      }
+    }
+    if (!any) return;
+    std::fprintf(out, "\nconsumer-bound, random-order nodes: M items/s, ratio to llist with the same take, "
+                      "ns per node, nodes per take:\n");
+    std::fprintf(out, "%-40s", "producers");
+    for (std::size_t p : kRandomProducers) std::fprintf(out, "%40zu", p);
+    std::fprintf(out, "\n");
+    for (const char* take : kRandomTakes) {
+      for (const char* list : kRandomLists) {
+        const std::string row = std::string(list) + "/" + take;
+        std::fprintf(out, "%-40s", row.c_str());
+        for (std::size_t p : kRandomProducers) {
+          const double rate = random_rate(list, take, p);
+          const double single = random_rate("llist", take, p);
+          if (rate <= 0) {
+            std::fprintf(out, "%40s", "-");
+            continue;
+          }
+          char cell[64];
+          std::snprintf(cell, sizeof cell, "%.1f M/s %.2fx %.1f ns %.0f/take", rate / 1e6,
+                        single > 0 ? rate / single : 0.0, 1e9 / rate, random_counter(list, take, p, "nodes_per_take"));
+          std::fprintf(out, "%40s", cell);
+        }
+        std::fprintf(out, "\n");
+      }
+    }
+  }
+
+  double random_counter(std::string_view list, std::string_view take, std::size_t producers,
+                        const char* counter) const {
+    const Run* run = runs().median(random_name(list, take, producers), 1);
+    if (run == nullptr) return 0;
+    const auto it = run->counters.find(counter);
+    return it == run->counters.end() ? 0 : it->second.value;
+  }
+
+  double random_rate(std::string_view list, std::string_view take, std::size_t producers) const {
+    return random_counter(list, take, producers, "items_per_second");
   }
 
   void print_push_side(std::FILE* out) const {
@@ -627,6 +871,26 @@ int main(int argc, char** argv) {
   register_consumer_bound<sharded_llist_case<teardown::std_atomics>, 16>(kConsumerBoundCases[2],
                                                                          hardware_threads);
 
+  for (std::size_t p : kRandomProducers) {
+    // At 16 and 64 producers: 64 shards, producer p on shard p; below, the default shards.
+    const bool own_shards = p > 2;
+    const std::size_t shards = own_shards ? 64 : 0;
+    const auto add = [&](const char* list, const char* take, auto* run) {
+      auto* benchmark = benchmark::RegisterBenchmark(random_name(list, take, p).c_str(), run, p, shards, own_shards);
+      benchmark->UseRealTime();
+      if (default_min_time) benchmark->MinTime(kMinTimeSeconds);
+    };
+    add("llist", "newest_first", consumer_bound_random<random_case<single_head, take_kind::newest_first>>);
+    add("sharded_llist", "newest_first", consumer_bound_random<random_case<sharded_head, take_kind::newest_first>>);
+    add("llist", "oldest_first", consumer_bound_random<random_case<single_head, take_kind::oldest_first>>);
+    add("sharded_llist", "oldest_first", consumer_bound_random<random_case<sharded_head, take_kind::oldest_first>>);
+  }
+  benchmark::AddCustomContext("llist_bench random-order pool nodes (all producers)", std::to_string(kRandomTotalNodes));
+  benchmark::AddCustomContext("llist_bench random-order seed", std::to_string(kRandomSeed) + " + producer index");
+  benchmark::AddCustomContext("llist_bench sharded takes",
+                              has_oldest_first_take<sharded_head> && has_take_by_shard<sharded_head>
+                                  ? "del_all_by_shard, del_all_oldest_first"
+                                  : "del_all, del_all().reverse() (this library has no other)");
   benchmark::AddCustomContext("llist_bench consumer", "1 thread, in addition to the producers");
   benchmark::AddCustomContext("llist_bench pool nodes per producer", std::to_string(kPoolNodes));
   benchmark::AddCustomContext("teardown llist checks", TEARDOWN_LLIST_CHECKS ? "on" : "off");

@@ -10,6 +10,7 @@
 // stated setup of a behaviour (flush_for's timeout, the stall threshold). A lost wake-up or a
 // deadlock shows as a hang, which the per-test hang_guard turns into an abort naming the test.
 #include "teardown/reaper.hpp"
+#include "teardown/sharded_llist.hpp"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -1374,6 +1375,113 @@ TEST_F(ReaperTest, BoundaryOptionsAreAccepted) {
     reaper.flush();
     EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
   }
+}
+
+}  // namespace
+}  // namespace teardown_test
+
+// ---- a sharded queue: the one-walk oldest-first take -----------------------------------------
+
+namespace teardown_test {
+namespace {
+
+using namespace reaper_support;
+using teardown::drain_order;
+using teardown::llist_batch;
+
+// Each thread enqueues onto the shard it sets here.
+thread_local std::size_t enqueue_shard = 0;
+
+struct chosen_shard_queue : teardown::sharded_llist<job, &job::hook> {
+  chosen_shard_queue() : sharded_llist(4) {}
+  bool add(job& item) noexcept { return add_to(enqueue_shard, item); }
+};
+
+// Wraps del_all (as a queue that pauses or counts its takes would): the reaper must keep
+// calling it, not the base's one-walk take.
+struct counted_take_queue : chosen_shard_queue {
+  static inline std::atomic<int> del_alls{0};
+  llist_batch<job, &job::hook> del_all() noexcept {
+    del_alls.fetch_add(1, std::memory_order_relaxed);
+    return chosen_shard_queue::del_all();
+  }
+};
+
+static_assert(teardown::detail::has_oldest_first_take<chosen_shard_queue, job, &job::hook>);
+static_assert(!teardown::detail::has_oldest_first_take<counted_take_queue, job, &job::hook>);
+static_assert(!teardown::detail::has_oldest_first_take<teardown::llist<job, &job::hook>, job, &job::hook>);
+
+// Jobs 0..19 onto shards 2, 0, 1, 2, 0, 1, ... (shard 3 stays empty); per shard in that order.
+std::vector<std::size_t> enqueue_across_shards(auto& reaper, std::vector<job>& jobs,
+                                               std::vector<std::vector<std::size_t>>& per_shard) {
+  per_shard.assign(4, {});
+  for (job& j : jobs) {
+    enqueue_shard = (j.id + 2) % 3;
+    per_shard[enqueue_shard].push_back(j.id);
+    reaper.enqueue(j);
+  }
+  enqueue_shard = 0;
+  std::vector<std::size_t> oldest_first;
+  for (const auto& shard : per_shard) oldest_first.insert(oldest_first.end(), shard.begin(), shard.end());
+  return oldest_first;
+}
+
+TEST_F(ReaperTest, AShardedQueueDrainsShardZeroFirstAndEachShardOldestFirst) {
+  auto jobs = make_jobs(20);
+  std::vector<std::size_t> order;  // written by the worker; read after flush()
+  teardown::reaper<job, &job::hook, job_fn, chosen_shard_queue> reaper([&](job& j) { order.push_back(j.id); });
+  reaper.freeze();  // the whole backlog in one take
+  std::vector<std::vector<std::size_t>> per_shard;
+  const std::vector<std::size_t> expected = enqueue_across_shards(reaper, jobs, per_shard);
+  reaper.thaw();
+  reaper.flush();
+  EXPECT_EQ(order, expected);
+}
+
+TEST_F(ReaperTest, AShardedQueueDrainsEachShardNewestFirstWhenAsked) {
+  auto jobs = make_jobs(20);
+  std::vector<std::size_t> order;
+  teardown::reaper<job, &job::hook, job_fn, chosen_shard_queue> reaper(
+      [&](job& j) { order.push_back(j.id); }, {.order = drain_order::newest_first});
+  reaper.freeze();
+  std::vector<std::vector<std::size_t>> per_shard;
+  (void)enqueue_across_shards(reaper, jobs, per_shard);
+  reaper.thaw();
+  reaper.flush();
+  std::vector<std::size_t> expected;
+  for (const auto& shard : per_shard) expected.insert(expected.end(), shard.rbegin(), shard.rend());
+  EXPECT_EQ(order, expected);
+}
+
+TEST_F(ReaperTest, ReapOnCallerTakesAShardedQueueOldestFirstPerShardInShardOrder) {
+  auto jobs = make_jobs(20);
+  std::vector<std::size_t> order;
+  teardown::reaper<job, &job::hook, job_fn, chosen_shard_queue> reaper([&](job& j) { order.push_back(j.id); });
+  reaper.freeze();
+  std::vector<std::vector<std::size_t>> per_shard;
+  const std::vector<std::size_t> expected = enqueue_across_shards(reaper, jobs, per_shard);
+  EXPECT_EQ(reaper.reap_on_caller([](job&) { return true; }), 20u);
+  EXPECT_EQ(order, expected);
+  reaper.thaw();
+}
+
+TEST_F(ReaperTest, AQueueThatWrapsDelAllStillHasItsDelAllCalledForAnOldestFirstTake) {
+  auto jobs = make_jobs(20);
+  std::vector<std::size_t> order;
+  teardown::reaper<job, &job::hook, job_fn, counted_take_queue> reaper([&](job& j) { order.push_back(j.id); });
+  reaper.freeze();
+  std::vector<std::vector<std::size_t>> per_shard;
+  (void)enqueue_across_shards(reaper, jobs, per_shard);
+  counted_take_queue::del_alls.store(0, std::memory_order_relaxed);
+  EXPECT_EQ(reaper.reap_on_caller([](job&) { return true; }), 20u);
+  EXPECT_EQ(counted_take_queue::del_alls.load(std::memory_order_relaxed), 1);
+  // del_all().reverse(): each shard oldest first, the shards last first.
+  std::vector<std::size_t> expected;
+  for (auto shard = per_shard.rbegin(); shard != per_shard.rend(); ++shard) {
+    expected.insert(expected.end(), shard->begin(), shard->end());
+  }
+  EXPECT_EQ(order, expected);
+  reaper.thaw();
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // (add, add_batch, del_all, empty) with their meanings, the shards, the order del_all yields,
 // the structure-wide was-empty signal and the summary word of flagged shards (which shards a
 // del_all exchanges, counted by a test policy; an adder held between its push and its flag by
-// another); then llist_batch::append, which del_all joins the shards with; then the debug check;
+// another); the takes without a join walk (del_all_oldest_first and its sweep, del_all_by_shard:
+// order, every node once, empty and unflagged shards); then llist_batch::append, which del_all
+// joins the shards with; then the debug check;
 // then many-thread stress (suite names ending StressTest): a consumer that sleeps until a
 // producer's add returns true (many producers, shards sharing a summary bit, and a hand-off of
 // one node at a time), and polling del_all callers beside many producers. The stress suites also
@@ -220,6 +222,145 @@ TYPED_TEST(ShardedLlistTest, ReverseYieldsEachShardOldestFirst) {
   EXPECT_EQ(ids_of(list.del_all().reverse()), (std::vector<int>{5, 1, 3, 2, 4}));
 }
 
+// --- del_all_oldest_first, del_all_by_shard: the takes without a join walk -----------------
+
+// Per shard, in shard order, the ids the adds put there, oldest first.
+using shard_ids = std::vector<std::vector<int>>;
+
+// `count` items on shards given by a fixed pseudo-random sequence, leaving some shards empty;
+// `expected` gets each shard's ids oldest first.
+template <class List>
+std::vector<std::unique_ptr<item>> add_scattered(List& list, int count, shard_ids& expected) {
+  std::vector<std::unique_ptr<item>> items;
+  expected.assign(list.shard_count(), {});
+  std::uint32_t state = 12345;
+  for (int id = 0; id < count; ++id) {
+    state = state * 1664525u + 1013904223u;
+    // Only shards below 3/4 of the count (and never shard 1): the rest stay empty.
+    std::size_t shard = (state >> 8) % (list.shard_count() * 3 / 4 + 1);
+    if (shard == 1 && list.shard_count() > 2) shard = 0;
+    items.push_back(std::make_unique<item>(id));
+    list.add_to(shard, *items.back());
+    expected[shard].push_back(id);
+  }
+  return items;
+}
+
+std::vector<int> concatenated(const shard_ids& shards, bool reversed) {
+  std::vector<int> ids;
+  for (const std::vector<int>& shard : shards) {
+    if (reversed) {
+      ids.insert(ids.end(), shard.rbegin(), shard.rend());
+    } else {
+      ids.insert(ids.end(), shard.begin(), shard.end());
+    }
+  }
+  return ids;
+}
+
+TYPED_TEST(ShardedLlistTest, DelAllOldestFirstYieldsShardZeroFirstAndEachShardOldestFirst) {
+  typename TestFixture::list list(4);
+  const auto items = add_five_across_shards(list);
+  EXPECT_EQ(ids_of(list.del_all_oldest_first()), (std::vector<int>{2, 4, 1, 3, 5}));
+  EXPECT_TRUE(list.empty());
+}
+
+TYPED_TEST(ShardedLlistTest, DelAllOldestFirstTakesEveryNodeOnceAcrossManyShards) {
+  for (const std::size_t shards : {std::size_t{1}, std::size_t{2}, std::size_t{16}, std::size_t{64},
+                                   std::size_t{256}}) {
+    typename TestFixture::list list(shards);
+    shard_ids expected;
+    const auto items = add_scattered(list, 1000, expected);
+    EXPECT_EQ(ids_of(list.del_all_oldest_first()), concatenated(expected, false)) << shards << " shards";
+    EXPECT_TRUE(list.empty()) << shards << " shards";
+    EXPECT_TRUE(list.del_all_oldest_first().empty()) << shards << " shards";
+  }
+}
+
+TYPED_TEST(ShardedLlistTest, DelAllOldestFirstOfAnEmptyListIsEmpty) {
+  typename TestFixture::list list(8);
+  EXPECT_TRUE(list.del_all_oldest_first().empty());
+  EXPECT_TRUE(list.del_all_sweep_oldest_first().empty());
+  int visits = 0;
+  list.del_all_by_shard([&](typename TestFixture::batch&&) noexcept { ++visits; });
+  EXPECT_EQ(visits, 0);
+}
+
+TYPED_TEST(ShardedLlistTest, DelAllOldestFirstOfOneShardIsItsNodesOldestFirst) {
+  typename TestFixture::list list(1);
+  item a{1}, b{2}, c{3};
+  list.add(a);
+  list.add(b);
+  list.add(c);
+  EXPECT_EQ(ids_of(list.del_all_oldest_first()), (std::vector<int>{1, 2, 3}));
+}
+
+TYPED_TEST(ShardedLlistTest, DelAllOldestFirstGivesWhatDelAllReverseGivesPerShard) {
+  typename TestFixture::list one(16), other(16);
+  shard_ids expected, same;
+  const auto items = add_scattered(one, 300, expected);
+  const auto items_too = add_scattered(other, 300, same);
+  // reverse() of the whole batch turns the shards' order around too; per shard it is the same.
+  std::vector<int> reversed = ids_of(other.del_all().reverse());
+  std::vector<int> by_shard_reversed;
+  for (auto shard = same.rbegin(); shard != same.rend(); ++shard) {
+    by_shard_reversed.insert(by_shard_reversed.end(), shard->begin(), shard->end());
+  }
+  EXPECT_EQ(reversed, by_shard_reversed);
+  EXPECT_EQ(ids_of(one.del_all_oldest_first()), concatenated(expected, false));
+}
+
+TYPED_TEST(ShardedLlistTest, ShardsThatShareASummaryBitAreTakenOldestFirstInShardOrder) {
+  typename TestFixture::list list(128);  // shards 5 and 69 share bit 5
+  item a{1}, b{2}, c{3}, d{4};
+  list.add_to(69, a);
+  list.add_to(5, b);
+  list.add_to(70, c);
+  list.add_to(5, d);
+  EXPECT_EQ(ids_of(list.del_all_oldest_first()), (std::vector<int>{2, 4, 1, 3}));
+  EXPECT_TRUE(list.empty());
+}
+
+TYPED_TEST(ShardedLlistTest, DelAllSweepOldestFirstTakesEveryShardOldestFirst) {
+  typename TestFixture::list list(16);
+  shard_ids expected;
+  const auto items = add_scattered(list, 500, expected);
+  EXPECT_EQ(ids_of(list.del_all_sweep_oldest_first()), concatenated(expected, false));
+  EXPECT_TRUE(list.empty());
+}
+
+TYPED_TEST(ShardedLlistTest, DelAllByShardVisitsEachNonEmptyShardOnceInShardOrderNewestFirst) {
+  for (const std::size_t shards : {std::size_t{1}, std::size_t{16}, std::size_t{128}}) {
+    typename TestFixture::list list(shards);
+    shard_ids expected;
+    const auto items = add_scattered(list, 400, expected);
+    shard_ids seen;
+    list.del_all_by_shard([&](typename TestFixture::batch&& nodes) noexcept {
+      seen.push_back(ids_of(nodes));
+      EXPECT_TRUE(nodes.empty());
+    });
+    shard_ids non_empty;
+    for (std::vector<int>& shard : expected) {
+      if (shard.empty()) continue;
+      std::reverse(shard.begin(), shard.end());
+      non_empty.push_back(shard);
+    }
+    EXPECT_EQ(seen, non_empty) << shards << " shards";
+    EXPECT_TRUE(list.empty()) << shards << " shards";
+  }
+}
+
+TYPED_TEST(ShardedLlistTest, DelAllByShardGivesDelAllsNodesInDelAllsOrder) {
+  typename TestFixture::list one(8), other(8);
+  const auto items = add_five_across_shards(one);
+  const auto items_too = add_five_across_shards(other);
+  std::vector<int> visited;
+  one.del_all_by_shard([&](typename TestFixture::batch&& nodes) noexcept {
+    for (item& element : nodes) visited.push_back(element.id);
+  });
+  EXPECT_EQ(visited, ids_of(other.del_all()));
+}
+
 TYPED_TEST(ShardedLlistTest, AddsOfOneThreadComeOutInOrderAfterReverse) {
   typename TestFixture::list list(4);
   const std::size_t own = list.this_thread_shard();
@@ -397,6 +538,32 @@ TEST(ShardedLlistSummaryTest, DelAllOfAnIdleListExchangesNoShard) {
       << "an empty poll must only read the shards";
 }
 
+TEST(ShardedLlistSummaryTest, TakesWithoutAJoinExchangeOnlyTheShardsThatWentNonEmpty) {
+  counting_list list(16);
+  item a{1}, b{2}, c{3}, d{4}, e{5}, f{6};
+  list.add_to(3, a);
+  list.add_to(9, b);
+  list.add_to(9, c);
+  counting_atomics::head_exchanges.store(0, std::memory_order_relaxed);
+  EXPECT_EQ(ids_of(list.del_all_oldest_first()), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(counting_atomics::head_exchanges.load(std::memory_order_relaxed), 2u);
+  list.add_to(0, d);
+  list.add_to(15, e);
+  list.add_to(15, f);
+  counting_atomics::head_exchanges.store(0, std::memory_order_relaxed);
+  std::vector<int> visited;
+  list.del_all_by_shard([&](item_batch&& nodes) noexcept {
+    for (item& element : nodes) visited.push_back(element.id);
+  });
+  EXPECT_EQ(visited, (std::vector<int>{4, 6, 5}));
+  EXPECT_EQ(counting_atomics::head_exchanges.load(std::memory_order_relaxed), 2u);
+  counting_atomics::head_exchanges.store(0, std::memory_order_relaxed);
+  EXPECT_TRUE(list.del_all_oldest_first().empty());
+  list.del_all_by_shard([](item_batch&&) noexcept { ADD_FAILURE() << "visited an empty shard"; });
+  EXPECT_EQ(counting_atomics::head_exchanges.load(std::memory_order_relaxed), 0u)
+      << "an empty poll must only read the shards";
+}
+
 // Stops one chosen add between its push and its flag: the thread that sets stop_before_flag
 // waits, just before its first compare-and-swap of an integer word (the summary word), until
 // the test releases it.
@@ -505,6 +672,37 @@ TEST(ShardedLlistSummaryTest, ANodeBehindAPendingFlagIsTakenAfterItsAdderFlags) 
   EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{2});
   EXPECT_TRUE(adder.finish()) << "the consumer must come back for the node";
   EXPECT_EQ(ids_of(list.del_all()), std::vector<int>{1});
+  EXPECT_TRUE(list.empty());
+}
+
+TEST(ShardedLlistSummaryTest, DelAllOldestFirstTrustsTheFlagsAndItsSweepTakesAnUnflaggedShard) {
+  // Shard 2's adder stopped between its push and its flag; shard 5 and 11 are flagged.
+  gated_list list(16);
+  item a{1}, b{2}, c{3}, d{4}, e{5};
+  gated_adder adder(list, 2, a);
+  ASSERT_TRUE(adder.stopped()) << "the add returned without a compare-and-swap of the summary word";
+  list.add_to(11, b);
+  list.add_to(5, c);
+  list.add_to(11, d);
+  list.add_to(2, e);  // behind a, on the unflagged shard: its add does not flag either
+  EXPECT_EQ(ids_of(list.del_all_oldest_first()), (std::vector<int>{3, 2, 4}))
+      << "a flagged take visits only the flagged shards";
+  list.add_to(5, b);
+  EXPECT_EQ(ids_of(list.del_all_sweep_oldest_first()), (std::vector<int>{1, 5, 2}))
+      << "a sweep takes the unflagged shard too, oldest first, in shard order";
+  (void)adder.finish();
+  EXPECT_TRUE(list.del_all_oldest_first().empty());
+  EXPECT_TRUE(list.empty());
+}
+
+TEST(ShardedLlistSummaryTest, DelAllOldestFirstThatFindsNoFlagTakesAnUnflaggedShard) {
+  gated_list list(16);
+  item a{1}, b{2};
+  gated_adder adder(list, 7, a);
+  ASSERT_TRUE(adder.stopped()) << "the add returned without a compare-and-swap of the summary word";
+  list.add_to(7, b);
+  EXPECT_EQ(ids_of(list.del_all_oldest_first()), (std::vector<int>{1, 2}));
+  (void)adder.finish();
   EXPECT_TRUE(list.empty());
 }
 

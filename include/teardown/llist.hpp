@@ -34,7 +34,8 @@
 //   add or a del_all. The debug checks' report (fprintf, then abort) is the one exception.
 //
 // Order: a list is a stack. del_all returns its nodes newest first; llist_batch::reverse()
-// turns a batch oldest first. add_batch inserts a prepared chain in one step, keeping the
+// turns a batch oldest first (one walk: del_all().reverse() is a single head's whole cost of
+// an oldest-first take). add_batch inserts a prepared chain in one step, keeping the
 // chain's own order (its front becomes the newest node).
 //
 // Memory ordering: everything a thread wrote to an element before add(element) (or before
@@ -266,22 +267,35 @@ class llist_batch {
 
   /// The same nodes in the opposite order (oldest first, for a batch from del_all). O(n).
   llist_batch reverse() && noexcept {
-    llist_node* reversed = nullptr;
-    llist_node* node = std::exchange(first_, nullptr);
+    llist_batch reversed;
+    reversed.prepend_reversed(std::move(*this));
+    return reversed;
+  }
+
+  /// Moves every node of `run` in front of this batch's first node, in the opposite of run's
+  /// order (run's last node comes first, run's first node links to this batch's first), and
+  /// leaves `run` empty. One walk over `run`, none over this batch: the reversal ends on run's
+  /// first node, which is the link to this batch. Joining batches oldest first costs one walk
+  /// of each this way (sharded_llist::del_all_oldest_first does, last batch first).
+  void prepend_reversed(llist_batch&& run) noexcept {
+    llist_node* reversed = first_;
+    llist_node* node = std::exchange(run.first_, nullptr);
     while (node != nullptr) {
       llist_node* next = node->next();
       node->set_next(reversed);
       reversed = node;
       node = next;
     }
-    return llist_batch(reversed);
+    first_ = reversed;
   }
 
   /// Moves every node of `other` behind this batch's last node (this batch's order, then
-  /// other's) and leaves `other` empty. O(size()): walks this batch to its end, not `other`, so
-  /// joining several batches front to back is cheapest last batch first (sharded_llist does).
+  /// other's) and leaves `other` empty. O(size()) when both hold nodes: walks this batch to its
+  /// end, not `other`, so joining several batches front to back is cheapest last batch first.
+  /// O(1), no node read, when either is empty.
   void append(llist_batch&& other) noexcept {
     llist_node* rest = std::exchange(other.first_, nullptr);
+    if (rest == nullptr) return;
     if (first_ == nullptr) {
       first_ = rest;
       return;

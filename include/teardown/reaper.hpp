@@ -116,6 +116,11 @@
 // the wake-up argument above needs only that add returns true for an add that the consumer's
 // next del_all might otherwise miss (llist: the empty -> non-empty transition; sharded_llist:
 // its was-empty signal), and that every del_all call takes each node it sees exactly once.
+// For drain_order::oldest_first the reaper takes with del_all().reverse(), or, where the queue
+// declares del_all_oldest_first() (del_all_sweep_oldest_first() for a sweep) in the same class
+// as its del_all (del_all_sweep), with that: sharded_llist's, which costs one walk where the
+// join and the reversal are two. A queue that wraps del_all in a derived class keeps having its
+// del_all called (detail::take_queue).
 //
 // In a pool (reaper_pool.hpp) a worker has three more steps, all on the worker and all off for
 // a reaper on its own (whose per-item path is unchanged). (1) When its own queue is empty it
@@ -308,6 +313,63 @@ struct reaper_stats {
                                       // (poll_interval, backed off up to poll_interval_max);
                                       // 0 without a poll_interval
 };
+
+namespace detail {
+
+template <class Member>
+struct member_owner {};
+template <class R, class C>
+struct member_owner<R C::*> {
+  using type = C;
+};
+
+// Queue has `take` (del_all_oldest_first, del_all_sweep_oldest_first: one walk where
+// del_all().reverse() is two) declared by the same class as `plain` (del_all, del_all_sweep),
+// so it is the same take. A queue that wraps del_all (a derived type that hides it) keeps
+// having its del_all called: its inherited one-walk take is not that del_all.
+template <auto Take, auto Plain>
+concept same_take = requires {
+  typename member_owner<decltype(Take)>::type;
+  typename member_owner<decltype(Plain)>::type;
+} && std::same_as<typename member_owner<decltype(Take)>::type, typename member_owner<decltype(Plain)>::type>;
+
+template <class Queue, class T, llist_node T::*Hook>
+concept has_oldest_first_take = requires(Queue& queue) {
+  { queue.del_all_oldest_first() } -> std::same_as<llist_batch<T, Hook>>;
+} && same_take<&Queue::del_all_oldest_first, &Queue::del_all>;
+
+template <class Queue, class T, llist_node T::*Hook>
+concept has_sweep = requires(Queue& queue) {
+  { queue.del_all_sweep() } -> std::same_as<llist_batch<T, Hook>>;
+};
+
+template <class Queue, class T, llist_node T::*Hook>
+concept has_oldest_first_sweep = has_sweep<Queue, T, Hook> && requires(Queue& queue) {
+  { queue.del_all_sweep_oldest_first() } -> std::same_as<llist_batch<T, Hook>>;
+} && same_take<&Queue::del_all_sweep_oldest_first, &Queue::del_all_sweep>;
+
+// The queue's del_all (with sweep: every shard of a sharded queue, its flags aside), in the
+// order given: oldest_first is del_all().reverse(), in one walk when the queue has one.
+template <class T, llist_node T::*Hook, class Queue>
+llist_batch<T, Hook> take_queue(Queue& queue, bool sweep, bool oldest_first) noexcept {
+  if constexpr (has_sweep<Queue, T, Hook>) {
+    if (sweep) {
+      if constexpr (has_oldest_first_sweep<Queue, T, Hook>) {
+        if (oldest_first) return queue.del_all_sweep_oldest_first();
+      }
+      llist_batch<T, Hook> taken = queue.del_all_sweep();
+      return oldest_first ? std::move(taken).reverse() : std::move(taken);
+    }
+  }
+  (void)sweep;  // llist's del_all already takes everything
+  if constexpr (has_oldest_first_take<Queue, T, Hook>) {
+    if (oldest_first) return queue.del_all_oldest_first();
+  }
+  llist_batch<T, Hook> taken = queue.del_all();
+  return oldest_first ? std::move(taken).reverse() : std::move(taken);
+}
+
+}  // namespace detail
 
 /// What a reaper needs of its queue: llist's add, add_batch, del_all and empty, with their
 /// meanings (see "The queue" in the header comment). Default-constructed by the reaper.
@@ -694,7 +756,7 @@ class reaper final : private detail::fork_participant {
       explicit hand_scope(reaper& owner) noexcept : self(owner), unit(owner.open_hand()) {}
       ~hand_scope() { self.close_hand(unit); }
     } hand(*this);
-    llist_batch<T, Hook> offered = queue_.del_all().reverse();
+    llist_batch<T, Hook> offered = take_queue(/*sweep=*/false, /*oldest_first=*/true);
     llist_chain<T, Hook> declined;  // front = newest, as on the queue
     // take and fn run below on this thread: a flush, freeze or stop from them would wait for
     // this very call, so they are refused as they are on the worker.
@@ -931,27 +993,25 @@ class reaper final : private detail::fork_participant {
     setup_warnings_.store(warnings, std::memory_order_relaxed);
   }
 
-  // Takes the queue into in_flight_. The watchdog's clock is cleared BEFORE the take: an add
+  // Takes the queue into in_flight_, in run order (opts_.order). The watchdog's clock is cleared BEFORE the take: an add
   // that lands after the clear is either in this take or, if after it, finds its clock clear
   // and starts it (enqueue), so a waiting item always has a clock. Cleared only when set, so
   // a poll of an idle queue writes no producer line. sweep: every shard of a sharded queue.
   void take_from_queue(bool sweep) noexcept {
     batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
     if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);
-    in_flight_ = take_queue(sweep);
+    in_flight_ = take_queue(sweep, opts_.order == drain_order::oldest_first);
   }
 
-  // The queue's del_all; with sweep, every shard of a sharded queue (its flags aside).
-  llist_batch<T, Hook> take_queue(bool sweep) noexcept {
-    if constexpr (requires(Queue& queue) { { queue.del_all_sweep() } -> std::same_as<llist_batch<T, Hook>>; }) {
-      return sweep ? queue_.del_all_sweep() : queue_.del_all();
-    } else {
-      (void)sweep;  // llist's del_all already takes everything
-      return queue_.del_all();
-    }
+  // The queue's del_all; with sweep, every shard of a sharded queue (its flags aside). Oldest
+  // first: del_all().reverse(), in one walk where the queue has a take for it
+  // (sharded_llist::del_all_oldest_first; see detail::take_queue).
+  llist_batch<T, Hook> take_queue(bool sweep, bool oldest_first) noexcept {
+    return detail::take_queue<T, Hook>(queue_, sweep, oldest_first);
   }
 
-  // Runs the batch held in in_flight_, with a checkpoint after each item.
+  // Runs the batch held in in_flight_ (in run order: take_from_queue and the pool's steal
+  // leave it so), with a checkpoint after each item.
   void run_in_flight() noexcept {
     batches_.fetch_add(1, std::memory_order_relaxed);
     const std::uint64_t since = std::exchange(batch_since_ns_, 0);
@@ -967,7 +1027,6 @@ class reaper final : private detail::fork_participant {
         (void)raise_worker("backlog");
       }
     }
-    if (opts_.order == drain_order::oldest_first) in_flight_ = std::move(in_flight_).reverse();
     if (link_.steal == nullptr) {
       while (T* item = in_flight_.pop_front()) {
         tear_down(*item, /*on_worker=*/true);
@@ -1212,9 +1271,9 @@ class reaper final : private detail::fork_participant {
       // shard and not flagged it, and that producer is not here to do it.
       const bool sweep = child_sweep_.load(std::memory_order_relaxed) &&
                          child_sweep_.exchange(false, std::memory_order_relaxed);
-      auto batch = take_queue(sweep);
+      auto batch = take_queue(sweep, /*oldest_first=*/true);
       if (batch.empty()) return;
-      for (T& item : std::move(batch).reverse()) tear_down_inline(item);
+      for (T& item : batch) tear_down_inline(item);
     }
   }
 
@@ -1401,9 +1460,8 @@ class reaper final : private detail::fork_participant {
     (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
     for (;;) {
       while (T* item = in_flight_.pop_front()) tear_down(*item, /*on_worker=*/true);
-      in_flight_ = queue_.del_all();
+      in_flight_ = take_queue(/*sweep=*/false, opts_.order == drain_order::oldest_first);
       if (in_flight_.empty()) return;
-      if (opts_.order == drain_order::oldest_first) in_flight_ = std::move(in_flight_).reverse();
     }
   }
 

@@ -617,20 +617,38 @@ class reaper_pool final : private detail::fork_participant {
     worker_type& from = *workers_[victim];
     std::unique_lock lock(steal_mutex_);
     if (steals_refused_locked()) return {};
-    llist_batch<T, Hook> batch = from.queue_.del_all();  // newest first
+    // In the thief's run order (see reaper.hpp's take_from_queue): oldest first in one walk
+    // where the queue has a take for it.
+    const bool oldest_first = opts_.worker.order == drain_order::oldest_first;
+    llist_batch<T, Hook> batch = detail::take_queue<T, Hook>(from.queue_, /*sweep=*/false, oldest_first);
     if (batch.empty()) return batch;
     ++steal_events_;  // see "Flush with stealing": under the mutex, with the del_all and put-back
     const std::size_t size = batch.size();
-    llist_chain<T, Hook> rest;  // the newer half stays with the victim; front = newest
-    for (std::size_t i = 0; i < size / 2; ++i) rest.push_back(*batch.pop_front());
     taken = size - size / 2;
+    llist_chain<T, Hook> rest;  // the newer half stays with the victim; front = newest
+    if (!oldest_first) {
+      for (std::size_t i = 0; i < size / 2; ++i) rest.push_back(*batch.pop_front());
+    }
+    llist_chain<T, Hook> mine;  // oldest first: the older half, in run order
+    if (oldest_first) {
+      for (std::size_t i = 0; i < taken; ++i) mine.push_back(*batch.pop_front());
+      while (T* item = batch.pop_front()) rest.push_front(*item);
+    }
     const bool left_some = !rest.empty();
     // Back on the victim's queue; a kick if it had emptied, as for a first enqueue. The victim
     // cannot be stopped here: steals end (under this mutex) before the pool stops a worker.
     if (from.queue_.add_batch(std::move(rest))) from.kick_after_first_add();
     lock.unlock();
     if (left_some) (void)wake_idle_siblings(thief, 1);
-    return batch;
+    if (!oldest_first) return batch;  // the older half, newest first: run order
+    return as_batch(std::move(mine));
+  }
+
+  // A chain as a batch in the chain's order (front first), through a private list.
+  static llist_batch<T, Hook> as_batch(llist_chain<T, Hook>&& chain) noexcept {
+    llist<T, Hook> shape;
+    (void)shape.add_batch(std::move(chain));
+    return shape.del_all();
   }
 
   // The held rest of the batch of the sibling whose item has run longest, if at least
@@ -658,25 +676,24 @@ class reaper_pool final : private detail::fork_participant {
     ++steal_events_;  // see "Flush with stealing"
     const std::size_t size = held.size();
     const bool oldest_first = opts_.worker.order == drain_order::oldest_first;
-    llist_chain<T, Hook> mine;  // both chains front = newest, as on a queue
-    llist_chain<T, Hook> rest;
+    llist_chain<T, Hook> mine;  // in run order, as the thief runs it
+    llist_chain<T, Hook> rest;  // front = newest, as on a queue
+    taken = size - size / 2;
     for (std::size_t i = 0; i < size; ++i) {
       T& item = *held.pop_front();
-      llist_chain<T, Hook>& to = i < size - size / 2 ? mine : rest;
-      if (oldest_first) {
-        to.push_front(item);  // run order is oldest first
+      if (i < taken) {
+        mine.push_back(item);
+      } else if (oldest_first) {
+        rest.push_front(item);  // run order is oldest first
       } else {
-        to.push_back(item);  // run order is newest first
+        rest.push_back(item);  // run order is newest first
       }
     }
-    taken = size - size / 2;
     const bool left_some = !rest.empty();
     if (from.queue_.add_batch(std::move(rest))) from.kick_after_first_add();  // not stopped: as in steal_queued
     lock.unlock();
     if (left_some) (void)wake_idle_siblings(thief, 1);
-    llist<T, Hook> shape;  // a chain becomes a batch (newest first) through a private list
-    (void)shape.add_batch(std::move(mine));
-    return shape.del_all();
+    return as_batch(std::move(mine));
   }
 
   // Before worker `watcher` sleeps (see "No lost watch"): no_watch if no sibling holds a

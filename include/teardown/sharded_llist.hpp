@@ -9,9 +9,12 @@
 //
 //     sharded_llist<job, &job::hook> queue;       // K = hardware threads, rounded up to 2^n
 //     if (queue.add(j)) wake_consumer();          // true: the consumer needs a kick
-//     for (job& j : queue.del_all().reverse()) run(j);   // every shard; oldest first per shard
+//     for (job& j : queue.del_all_oldest_first()) run(j);  // every shard; oldest first per shard
+//     queue.del_all_by_shard([](auto&& nodes) { for (job& j : nodes) run(j); });  // newest first
 //
-// Who may call what at the same time on one sharded_llist ("-": no lock needed):
+// Who may call what at the same time on one sharded_llist ("-": no lock needed; "del_all" is
+// every take: del_all, del_all_oldest_first, del_all_by_shard, del_all_sweep and
+// del_all_sweep_oldest_first):
 //
 //                             add / add_batch / add_to   del_all   empty
 //     add / add_batch / add_to           -                  -        -
@@ -27,8 +30,10 @@
 // - del_all races with adds and with other del_all callers; each node goes to exactly one of
 //   them. Wait-free on std_atomics: a load of the summary word and, if it holds flags, one
 //   exchange of it and one exchange per flagged shard; if it holds none, a relaxed load of
-//   every shard and one exchange per shard found non-empty (at most K + 1 exchanges); then a
-//   walk over the nodes it takes (below).
+//   every shard and one exchange per shard found non-empty (at most K + 1 exchanges). Then
+//   del_all walks the nodes it takes to join the shards (see "Order"); del_all_oldest_first's
+//   one walk is the reversal an oldest-first consumer needs anyway, and del_all_by_shard walks
+//   nothing but hands each shard's batch to its visitor. Every take variant is the same take.
 // - There is no del_first: popping one node would have to pick a shard, would carry llist's
 //   single-consumer rule (the ABA note in llist.hpp) on that shard, and would need a rule for
 //   re-arming the was-empty signal when a consumer empties the list one node at a time. A
@@ -44,10 +49,18 @@
 // correctness. add_to(shard, element) adds to a shard of the caller's choosing.
 //
 // Order: del_all concatenates the shards it takes, shard 0 first, each newest first; reverse()
-// makes each shard oldest first. A thread adds to one shard, so its own adds keep their order;
-// there is no order between nodes of different shards. Joining the shards walks each taken
-// shard's nodes but the last shard's to find its end: O(n) in the nodes taken, which a consumer
-// then walks anyway (the walk brings their lines to its cache).
+// makes each shard oldest first (and the shards last first). del_all_oldest_first gives shard 0
+// first, each shard oldest first (del_all().reverse() per shard, the shards in del_all's order);
+// del_all_by_shard visits shard 0's batch first, each newest first. A thread adds to one shard,
+// so its own adds keep their order; there is no order between nodes of different shards.
+// Joining: a batch is a singly linked run that knows only its first node, so del_all's join
+// walks each taken shard's nodes but the last shard's to find its end: one more pass over the
+// nodes a consumer then walks anyway, which costs a cache miss per node when the nodes are
+// scattered in memory (recycled in random order, as in real programs). del_all_oldest_first
+// has no join walk: it reverses each taken shard's run onto the front of the runs already
+// taken (last shard first), and the reversal ends on the run's first node, which is the link;
+// so an oldest-first take costs one walk, as llist's del_all().reverse() does.
+// del_all_by_shard joins nothing.
 //
 // The summary word. One word, summary_, holds a bit per shard (shard i has bit i mod 64; with
 // more than 64 shards a bit stands for every shard of its residue). A set bit says "this shard
@@ -89,6 +102,9 @@
 // sequence), so E synchronizes with the clear: z's push happens before that del_all's exchange
 // of s, which therefore comes after z's push in s's order and takes x unless an earlier take
 // after z's push did.
+// "del_all" here is any take variant (all share one take): the argument uses only that a take
+// clears before it exchanges the shards it read, never the order of those exchanges, nor how
+// long after the clear they come (del_all_by_shard runs a visit between two of them).
 // The races this rules out, each of which loses a node: a del_all that clears after taking the
 // shards (a push between its take of s and its clear is flagged, then the flag is wiped: nothing
 // visits s until the list happens to go quiet); an adder that flags before it pushes (a del_all
@@ -113,10 +129,12 @@
 // per consumer pass. So sharding pays when shards stay non-empty between passes (a consumer busy
 // with a batch, bursts of adds); if the consumer drains every shard after each add, each add
 // costs two RMWs, one of them on the summary word, which then is as contended as an llist head.
-// del_all costs a load and an RMW of the summary word and one exchange per flagged shard (each a
+// A take costs a load and an RMW of the summary word and one exchange per flagged shard (each a
 // line transfer: a producer wrote it), or 1 + K relaxed loads and no write when nothing is
-// flagged (lines the consumer already holds, unless a producer wrote them), plus the walk
-// above. empty() is K relaxed loads.
+// flagged (lines the consumer already holds, unless a producer wrote them); then del_all walks
+// the nodes of every taken shard but the last (the join above), del_all_oldest_first walks
+// every node once (the reversal), and del_all_by_shard walks none (O(flagged shards) plus the
+// visits). empty() is K relaxed loads.
 //
 // Memory ordering: as llist's. Everything a thread wrote to an element before add(element) (or
 // before add_batch of a chain holding it) is visible to the thread that takes it with del_all:
@@ -199,38 +217,43 @@ class sharded_llist {
   /// Thread-safe; wait-free on std_atomics (lock-free on ao_atomics, whose exchange is a CAS
   /// loop). Clears the summary word if it holds flags and takes every shard it flagged, or, if
   /// it held none, every shard that holds nodes; the batch yields shard 0's nodes newest first,
-  /// then shard 1's, and so on. O(nodes taken) to join the shards.
+  /// then shard 1's, and so on. Joining the shards walks each taken shard's nodes but the last
+  /// one's (see "Cost"): an oldest-first consumer should call del_all_oldest_first() instead of
+  /// del_all().reverse(), a newest-first one del_all_by_shard().
   [[nodiscard]] batch del_all() noexcept {
-    // Clear before taking, and with an RMW (see "The summary word"), but only a word that has
-    // flags: a polling consumer then reads lines no producer wrote, and takes none of them
-    // away from their producers. Relaxed: a zero read orders nothing (see "Nodes behind a flag
-    // not yet set"). The exchange is acquire: it pairs with the release CAS in flag(); a
-    // producer whose flag precedes this clear in summary_'s order pushed before it, and the
-    // shard exchanges below see that push.
-    word flagged = summary_.load(std::memory_order_relaxed);
-    if (flagged != 0) flagged = summary_.exchange(0, std::memory_order_acquire);
     batch taken;
-    if (flagged == 0) {
-      // Nodes whose adder has not flagged yet (see "Nodes behind a flag not yet set"). Last
-      // shard first, as below.
-      for (std::size_t i = mask_ + 1; i-- > 0;) {
-        if (!shards_[i].list.empty()) take(i, taken);
-      }
-      return taken;
-    }
     // Last shard first: each shard's batch is walked once, to put the ones after it behind it.
-    // With more shards than bits, bit b stands for shards b, b + 64, ...: one group of
-    // word_bits shards at a time, from the top.
-    const std::size_t group = std::min(mask_ + 1, word_bits);
-    for (std::size_t base = mask_ + 1 - group;; base -= group) {
-      for (word bits = flagged; bits != 0;) {
-        const std::size_t bit = word_bits - 1 - static_cast<std::size_t>(std::countl_zero(bits));
-        bits &= ~(word{1} << bit);
-        take(base + bit, taken);
-      }
-      if (base == 0) break;
-    }
+    take_shards</*ascending=*/false>(/*sweep=*/false, [&](batch&& nodes) {
+      nodes.append(std::move(taken));
+      taken = std::move(nodes);
+    });
     return taken;
+  }
+
+  /// The nodes del_all().reverse() would give, with the order that makes for a consumer that
+  /// runs oldest first: shard 0's nodes oldest first, then shard 1's, and so on. One walk over
+  /// the nodes taken (each shard's run reversed onto the front of the next shard's: the
+  /// reversal ends on the run's first node, the link to the next run), where del_all().reverse()
+  /// walks them twice. Thread-safe; the same take as del_all (wait-free on std_atomics).
+  [[nodiscard]] batch del_all_oldest_first() noexcept {
+    batch taken;
+    take_shards</*ascending=*/false>(/*sweep=*/false,
+                                     [&](batch&& nodes) { taken.prepend_reversed(std::move(nodes)); });
+    return taken;
+  }
+
+  /// del_all() without the join: calls visit(batch&&) with each taken shard's nodes (newest
+  /// first), shard 0 first, taking each shard just before its visit; no shard comes empty.
+  /// The same take as del_all (the summary word is cleared before the first shard is taken).
+  /// Allocation-free; O(flagged shards) plus the visits. visit must take every node out of the
+  /// batch (range-for, pop_front, or a move into a batch of its own): the batch is destroyed
+  /// when visit returns, and with the debug checks on a batch destroyed holding nodes aborts
+  /// (with them off, those nodes are lost). visit must not throw (noexcept: a throw
+  /// terminates, since the shards not yet taken have lost their flags). It may add to this
+  /// list; whether such a node is taken in this call depends on which shard it lands on.
+  template <class Visit>
+  void del_all_by_shard(Visit&& visit) noexcept {
+    take_shards</*ascending=*/true>(/*sweep=*/false, [&](batch&& nodes) { visit(std::move(nodes)); });
   }
 
   /// del_all() that takes every shard holding nodes, flagged or not: what a barrier needs. A
@@ -238,14 +261,21 @@ class sharded_llist {
   /// leaves its shard unflagged while a second adder's node sits behind it; an add that
   /// happened before this call is taken by it (or by a take running beside it). Clears the
   /// summary word first, as del_all does. Thread-safe; K relaxed loads plus one exchange per
-  /// non-empty shard.
+  /// non-empty shard, plus the join walk of del_all().
   [[nodiscard]] batch del_all_sweep() noexcept {
-    // acquire, as in del_all: pairs with the release CAS in flag().
-    if (summary_.load(std::memory_order_relaxed) != 0) (void)summary_.exchange(0, std::memory_order_acquire);
     batch taken;
-    for (std::size_t i = mask_ + 1; i-- > 0;) {
-      if (!shards_[i].list.empty()) take(i, taken);
-    }
+    take_shards</*ascending=*/false>(/*sweep=*/true, [&](batch&& nodes) {
+      nodes.append(std::move(taken));
+      taken = std::move(nodes);
+    });
+    return taken;
+  }
+
+  /// del_all_sweep()'s take in del_all_oldest_first()'s order, with its one walk.
+  [[nodiscard]] batch del_all_sweep_oldest_first() noexcept {
+    batch taken;
+    take_shards</*ascending=*/false>(/*sweep=*/true,
+                                     [&](batch&& nodes) { taken.prepend_reversed(std::move(nodes)); });
     return taken;
   }
 
@@ -287,12 +317,49 @@ class sharded_llist {
     return seen == 0;
   }
 
-  // Puts shard i's nodes in front of `taken` (whose shards all come after i).
-  void take(std::size_t i, batch& taken) noexcept {
+  // The take every del_all variant shares: clears the summary word (if it holds flags) and
+  // calls each(batch&&) with every taken shard's nodes, skipping shards that come empty; shard
+  // 0 first if Ascending, else last shard first (the order of the exchanges does not matter to
+  // "The summary word": each comes after the clear). sweep: every non-empty shard, flags aside.
+  template <bool Ascending, class Each>
+  void take_shards(bool sweep, Each&& each) noexcept {
+    // Clear before taking, and with an RMW (see "The summary word"), but only a word that has
+    // flags: a polling consumer then reads lines no producer wrote, and takes none of them
+    // away from their producers. Relaxed: a zero read orders nothing (see "Nodes behind a flag
+    // not yet set"). The exchange is acquire: it pairs with the release CAS in flag(); a
+    // producer whose flag precedes this clear in summary_'s order pushed before it, and the
+    // shard exchanges below see that push.
+    word flagged = summary_.load(std::memory_order_relaxed);
+    if (flagged != 0) flagged = summary_.exchange(0, std::memory_order_acquire);
+    const std::size_t count = mask_ + 1;
+    if (flagged == 0 || sweep) {
+      // Nodes whose adder has not flagged yet (see "Nodes behind a flag not yet set"), or every
+      // shard for a sweep.
+      for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t i = Ascending ? k : count - 1 - k;
+        if (!shards_[i].list.empty()) take(i, each);
+      }
+      return;
+    }
+    // With more shards than bits, bit b stands for shards b, b + 64, ...: one group of
+    // word_bits shards at a time, lowest bit first (Ascending) or highest first.
+    const std::size_t group = std::min(count, word_bits);
+    for (std::size_t g = 0; g < count / group; ++g) {
+      const std::size_t base = Ascending ? g * group : count - group - g * group;
+      for (word bits = flagged; bits != 0;) {
+        const std::size_t bit = Ascending
+                                    ? static_cast<std::size_t>(std::countr_zero(bits))
+                                    : word_bits - 1 - static_cast<std::size_t>(std::countl_zero(bits));
+        bits &= ~(word{1} << bit);
+        take(base + bit, each);
+      }
+    }
+  }
+
+  template <class Each>
+  void take(std::size_t i, Each& each) noexcept {
     batch nodes = shards_[i].list.del_all();
-    if (nodes.empty()) return;
-    nodes.append(std::move(taken));
-    taken = std::move(nodes);
+    if (!nodes.empty()) each(std::move(nodes));
   }
 
   struct alignas(64) shard {
