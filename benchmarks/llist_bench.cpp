@@ -489,6 +489,23 @@ struct random_case {
   bool add_to;
 };
 
+// One producer thread per pool, pushing each node its pool hands it (push(node, p)) until `stop`;
+// the consumer-bound cases' producers. The caller joins them.
+template <class Pool, class Push>
+std::vector<std::thread> start_producers(std::vector<Pool>& pools, const std::atomic<bool>& stop, Push push) {
+  std::vector<std::thread> threads;
+  for (std::size_t p = 0; p < pools.size(); ++p) {
+    threads.emplace_back([&pools, &stop, push, p] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        bench_node* n = pools[p].take_unless(stop);
+        if (n == nullptr) break;
+        push(*n, p);
+      }
+    });
+  }
+  return threads;
+}
+
 template <class Case>
 void consumer_bound_random(benchmark::State& state, std::size_t producers, std::size_t shards, bool own_shards) {
   Case shared(shards, own_shards);
@@ -497,16 +514,8 @@ void consumer_bound_random(benchmark::State& state, std::size_t producers, std::
   for (std::size_t p = 0; p < producers; ++p) pools.emplace_back(kRandomTotalNodes / producers, kRandomSeed + p);
   // Relaxed, as in consumer_bound.
   std::atomic<bool> stop{false};
-  std::vector<std::thread> threads;
-  for (std::size_t p = 0; p < producers; ++p) {
-    threads.emplace_back([&shared, &pools, &stop, p] {
-      while (!stop.load(std::memory_order_relaxed)) {
-        bench_node* n = pools[p].take_unless(stop);
-        if (n == nullptr) break;
-        shared.push(*n, p);
-      }
-    });
-  }
+  std::vector<std::thread> threads =
+      start_producers(pools, stop, [&shared](bench_node& n, std::size_t p) { shared.push(n, p); });
 
   // The batch size settles only after the pools have gone round: the first takes find a few
   // nodes, later ones about what the consumer handed back during its last walk. Without a
@@ -622,16 +631,8 @@ void consumer_bound(benchmark::State& state, std::size_t producers) {
   // Relaxed: it only ends the producers' loops; the joins below order their pushes before the
   // final drain.
   std::atomic<bool> stop{false};
-  std::vector<std::thread> threads;
-  for (std::size_t p = 0; p < producers; ++p) {
-    threads.emplace_back([&shared, &pools, &stop, p] {
-      while (!stop.load(std::memory_order_relaxed)) {
-        bench_node* n = pools[p].take_unless(stop);
-        if (n == nullptr) break;
-        shared->push(*n);
-      }
-    });
-  }
+  std::vector<std::thread> threads =
+      start_producers(pools, stop, [&shared](bench_node& n, std::size_t) { shared->push(n); });
 
   std::size_t taken = 0;
   for (auto _ : state) taken += shared->take_counted();

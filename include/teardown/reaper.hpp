@@ -938,8 +938,7 @@ class reaper final : private detail::fork_participant {
       // takes work brings it back to poll_interval).
       const std::uint64_t limit = poll_limit_ns_.load(std::memory_order_relaxed);
       if (polled_idle && poll_max_ns_ > poll_ns_ && last_sleep_limit_ns_ == limit) {  // not a pool's watch
-        poll_limit_ns_.store(std::min(poll_max_ns_, limit > poll_max_ns_ / 2 ? poll_max_ns_ : 2 * limit),
-                             std::memory_order_relaxed);
+        poll_limit_ns_.store(limit > poll_max_ns_ / 2 ? poll_max_ns_ : 2 * limit, std::memory_order_relaxed);
       }
     }
     // Stop: announce STOPPED first, then drain. A producer whose kick comes after the exchange
