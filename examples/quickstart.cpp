@@ -55,8 +55,12 @@ int main(int argc, char** argv) {
       delete &item;
     }
     if (finished && queue.empty()) break;
+    // The rings seen so far, then "done" again: the last producer's final ring may already be
+    // in seen_rings (it rang while we ran the batch), and waiting for a later one would be for ever.
     const int seen_rings = wakeups.load(std::memory_order_acquire);
-    if (queue.empty()) wakeups.wait(seen_rings, std::memory_order_acquire);
+    if (queue.empty() && producers_done.load(std::memory_order_acquire) != producers) {
+      wakeups.wait(seen_rings, std::memory_order_acquire);
+    }
   }
   for (auto& t : threads) t.join();
 
