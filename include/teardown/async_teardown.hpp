@@ -416,8 +416,12 @@ class async_teardown {
       }
       traits_.charge(item) = cost;
       if constexpr (requires { traits_.queued_at(item); }) traits_.queued_at(item) = detail::monotonic_ns();
-      const detail::thread_identity& who = detail::this_thread_identity();
-      trace::queue(item_id(item), cost, who.tid, who.name, detail::current_cpu(), trace_domain_);
+      // Who and where cost a cold exit path more than the enqueue itself: gathered only when
+      // the emit can be seen.
+      if (trace::observable<trace::queue_event>()) {
+        const detail::thread_identity& who = detail::this_thread_identity();
+        trace::queue(item_id(item), cost, who.tid, who.name, detail::current_cpu(), trace_domain_);
+      }
       queued_.add();  // before the enqueue: reaped never overtakes queued
       reaper_->enqueue(item);
       if (lazy_) hurry_if_due();
@@ -471,12 +475,16 @@ class async_teardown {
         return tear_down_chain_inline(std::move(chain), decision::sync_rejected);
       }
       const std::uint64_t now = detail::monotonic_ns();
-      const detail::thread_identity& who = detail::this_thread_identity();
-      const int cpu = detail::current_cpu();
-      chain.for_each([&](T& item) {
-        if constexpr (requires { traits_.queued_at(item); }) traits_.queued_at(item) = now;
-        trace::queue(item_id(item), traits_.charge(item), who.tid, who.name, cpu, trace_domain_);
-      });
+      if constexpr (requires(T& each) { traits_.queued_at(each); }) {
+        chain.for_each([&](T& item) { traits_.queued_at(item) = now; });
+      }
+      if (trace::observable<trace::queue_event>()) {  // as in put()
+        const detail::thread_identity& who = detail::this_thread_identity();
+        const int cpu = detail::current_cpu();
+        chain.for_each([&](T& item) {
+          trace::queue(item_id(item), traits_.charge(item), who.tid, who.name, cpu, trace_domain_);
+        });
+      }
       queued_.add(items);  // before the enqueue: reaped never overtakes queued
       reaper_->enqueue_chain(std::move(chain));
       if (lazy_) hurry_if_due();

@@ -408,6 +408,14 @@ bool hooked() noexcept {
   return detail::hook_slot<Event>::key.enabled();
 }
 
+/// True if an emit of Event can be seen: the build has USDT probes (a tracer may be attached)
+/// or a hook is installed. An emitter whose arguments cost something to gather (the queueing
+/// thread's CPU) skips gathering them when this is false. Wait-free.
+template <event Event>
+bool observable() noexcept {
+  return TEARDOWN_TRACE_USDT != 0 || hooked<Event>();
+}
+
 // The emit functions. Each is wait-free when unhooked: a nop (USDT) and one relaxed load. The
 // domain is the last argument of each (0: not emitted by an instance).
 
