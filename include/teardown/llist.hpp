@@ -426,6 +426,7 @@ class llist {
  public:
   using batch = llist_batch<T, Hook>;
   using chain = llist_chain<T, Hook>;
+  using atomics_type = Atomics;
 
   constexpr llist() noexcept = default;
   llist(const llist&) = delete;

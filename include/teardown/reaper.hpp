@@ -222,6 +222,7 @@
 
 #include "teardown/counter.hpp"
 #include "teardown/llist.hpp"
+#include "teardown/sync.hpp"
 #include "teardown/trace.hpp"
 #include "teardown/worker_thread.hpp"
 
@@ -475,6 +476,15 @@ class reaper final : private detail::fork_participant {
                 "reaper: Queue needs llist's bool add(T&), bool add_batch(llist_chain&&), "
                 "llist_batch del_all() and bool empty() const, and a default constructor");
 
+  // The worker's own words, locks, waits, clock and thread: its queue's Sync policy, or
+  // std_sync (sync.hpp), so that a test scheduler can drive the whole protocol.
+  using sync_ops = sync_of_t<Queue>;
+  template <class W>
+  using atomic = typename sync_ops::template atomic<W>;
+  using mutex_type = typename sync_ops::mutex;
+  using condition_type = typename sync_ops::condition_variable;
+  using clock_type = typename sync_ops::clock;
+
   template <class U, llist_node U::*H, class F, class Q>
   friend class reaper_pool;
   template <class Reaper>
@@ -515,7 +525,7 @@ class reaper final : private detail::fork_participant {
       worker_running_ = true;
     }
     detail::fork_registry::instance().add(this);
-    if (const int error = detail::start_thread_with_signals_blocked(&worker_, &reaper::worker_entry, this); error != 0) {
+    if (const int error = sync_ops::start_thread(&worker_, &reaper::worker_entry, this); error != 0) {
       detail::fork_registry::instance().remove(this);
       throw std::system_error(error, std::generic_category(), "teardown::reaper: cannot start the worker");
     }
@@ -570,7 +580,7 @@ class reaper final : private detail::fork_participant {
 
   /// Blocks until every item enqueued before the call has been torn down. Producers adding
   /// meanwhile cannot starve it: it waits for at most the batch in progress and the next one.
-  void flush() { (void)flush_until(std::chrono::steady_clock::time_point::max()); }
+  void flush() { (void)flush_until(clock_type::time_point::max()); }
 
  private:
   // Linking a queued item again would make a cycle that the worker walks for ever: never
@@ -602,7 +612,7 @@ class reaper final : private detail::fork_participant {
       // take cleared it after that add, the first add to see it clear starts it again.
       std::uint64_t since = oldest_enqueue_ns_.load(std::memory_order_relaxed);
       if (since == 0) {
-        const std::uint64_t now = detail::monotonic_ns();
+        const std::uint64_t now = sync_ops::now_ns();
         if (oldest_enqueue_ns_.compare_exchange_strong(since, now, std::memory_order_relaxed)) since = now;
       }
       if constexpr (ReportBacklog) return since;
@@ -615,7 +625,7 @@ class reaper final : private detail::fork_participant {
   // After an add that found the queue empty: wake the worker if it sleeps (unless it polls:
   // see "Wake policy"; the RMW stays, for the STOPPED race below).
   void kick_after_first_add() noexcept {
-    oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
+    oldest_enqueue_ns_.store(sync_ops::now_ns(), std::memory_order_relaxed);
     // acq_rel: release publishes the add to a worker that reads KICKED; acquire pairs with the
     // worker's STOPPED exchange for the drain below.
     const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
@@ -623,7 +633,7 @@ class reaper final : private detail::fork_participant {
       drain_inline_counted();  // the worker is gone and may not have seen this item
     } else if ((previous & sleeping_bit) && poll_ns_ == 0) {
       wakeups_.fetch_add(1, std::memory_order_relaxed);
-      detail::futex_wake_one(state_);
+      sync_ops::futex_wake_one(state_);
     }
   }
 
@@ -631,7 +641,7 @@ class reaper final : private detail::fork_participant {
   /// flush() with a time limit: true if the flush completed in time.
   template <class Rep, class Period>
   bool flush_for(std::chrono::duration<Rep, Period> timeout) {
-    return flush_until(std::chrono::steady_clock::now() + timeout);
+    return flush_until(clock_type::now() + timeout);
   }
 
   /// Returns once the worker is parked between items (or gone), holding none: the rest of a
@@ -661,7 +671,7 @@ class reaper final : private detail::fork_participant {
   void stop() {
     refuse_on_worker("stop");
     request_stop();
-    (void)await_stop(std::chrono::steady_clock::time_point::max());
+    (void)await_stop(clock_type::time_point::max());
   }
 
   /// stop() that waits at most `timeout`, like an executor's awaitTermination: true iff
@@ -677,7 +687,7 @@ class reaper final : private detail::fork_participant {
   bool stop_for(std::chrono::duration<Rep, Period> timeout) {
     refuse_on_worker("stop_for");
     request_stop();
-    return await_stop(detail::deadline_after(timeout));
+    return await_stop(detail::deadline_after<clock_type>(timeout));
   }
 
   /// The worker's nice value: the options' until set_nice changes it. Any thread, fn included;
@@ -793,7 +803,7 @@ class reaper final : private detail::fork_participant {
   bool stalled() const noexcept {
     const std::uint64_t since = oldest_enqueue_ns_.load(std::memory_order_relaxed);
     if (since == 0 || queue_.empty()) return false;
-    const std::uint64_t now = detail::monotonic_ns();
+    const std::uint64_t now = sync_ops::now_ns();
     return now > since && now - since > static_cast<std::uint64_t>(opts_.stall_threshold.count());
   }
 
@@ -860,7 +870,7 @@ class reaper final : private detail::fork_participant {
     // release: pairs with the acquire load in close_cpu_clock(): our clock read is over before
     // the worker exits.
     if (cpu_clock_pins_.fetch_sub(1, std::memory_order_release) == (clock_closed_bit | 1)) {
-      detail::futex_wake_one(cpu_clock_pins_);  // the worker may wait for the last pin
+      sync_ops::futex_wake_one(cpu_clock_pins_);  // the worker may wait for the last pin
     }
     return read_live ? live : worker_cpu_ns_.load(std::memory_order_relaxed);
   }
@@ -874,7 +884,7 @@ class reaper final : private detail::fork_participant {
     // release: pairs with the acquire pin in worker_cpu_ns(), publishing the figure above.
     std::uint32_t pins = cpu_clock_pins_.fetch_or(clock_closed_bit, std::memory_order_release) | clock_closed_bit;
     while (pins != clock_closed_bit) {
-      detail::futex_wait(cpu_clock_pins_, pins);
+      sync_ops::futex_wait(cpu_clock_pins_, pins);
       // acquire: pairs with the release unpin in worker_cpu_ns().
       pins = cpu_clock_pins_.load(std::memory_order_acquire);
     }
@@ -1015,7 +1025,7 @@ class reaper final : private detail::fork_participant {
     batches_.fetch_add(1, std::memory_order_relaxed);
     const std::uint64_t since = std::exchange(batch_since_ns_, 0);
     if (since != 0) {
-      const std::uint64_t now = detail::monotonic_ns();
+      const std::uint64_t now = sync_ops::now_ns();
       if (now > since && now - since > longest_wait_ns_.load(std::memory_order_relaxed)) {
         longest_wait_ns_.store(now - since, std::memory_order_relaxed);  // the worker is the only writer
       }
@@ -1040,7 +1050,7 @@ class reaper final : private detail::fork_participant {
     while (T* item = in_flight_.pop_front()) {
       const bool holding = !in_flight_.empty();
       if (holding) {
-        const std::uint64_t now = detail::monotonic_ns();
+        const std::uint64_t now = sync_ops::now_ns();
         if (announced) {
           item_started_ns_.store(now, std::memory_order_relaxed);
         } else {
@@ -1077,11 +1087,11 @@ class reaper final : private detail::fork_participant {
   // the control requests (and may have parked).
   bool checkpoint() noexcept {
     if (opts_.yield_after.count() > 0) {
-      const std::uint64_t now = detail::monotonic_ns();
+      const std::uint64_t now = sync_ops::now_ns();
       if (now - last_yield_ns_ > static_cast<std::uint64_t>(opts_.yield_after.count())) {
-        sched_yield();
+        sync_ops::yield();
         yields_.fetch_add(1, std::memory_order_relaxed);
-        last_yield_ns_ = detail::monotonic_ns();
+        last_yield_ns_ = sync_ops::now_ns();
       }
     }
     if (control_requested_.load(std::memory_order_relaxed)) {
@@ -1119,12 +1129,12 @@ class reaper final : private detail::fork_participant {
     // The watchdog's clock starts now if nothing else had started it: stalled() then sees the
     // items waiting behind the freeze, as it sees a frozen backlog.
     std::uint64_t unset = 0;
-    (void)oldest_enqueue_ns_.compare_exchange_strong(unset, detail::monotonic_ns(), std::memory_order_relaxed);
+    (void)oldest_enqueue_ns_.compare_exchange_strong(unset, sync_ops::now_ns(), std::memory_order_relaxed);
     handed_back_ = true;
     return count;
   }
 
-  void park_while_frozen(std::unique_lock<std::mutex>& lock) noexcept {
+  void park_while_frozen(std::unique_lock<mutex_type>& lock) noexcept {
     // A fork parks the worker even while it drains for stop(): the child must not copy an item
     // in the middle of fn.
     while ((freeze_depth_ > 0 && !stop_requested_) || fork_parking_) {
@@ -1189,13 +1199,13 @@ class reaper final : private detail::fork_participant {
       if (most != no_watch) last_sleep_limit_ns_ = most;
       if (most == no_watch) {
         // Sleeps only while the word still says SLEEPING; a kick changes it first.
-        while (state_.load(std::memory_order_relaxed) == sleeping_bit) detail::futex_wait(state_, sleeping_bit);
+        while (state_.load(std::memory_order_relaxed) == sleeping_bit) sync_ops::futex_wait(state_, sleeping_bit);
       } else if (most != 0) {
         limited = true;
-        const std::uint64_t until = detail::monotonic_ns() + most;
-        for (std::uint64_t now = detail::monotonic_ns();
-             state_.load(std::memory_order_relaxed) == sleeping_bit && now < until; now = detail::monotonic_ns()) {
-          detail::futex_wait_for(state_, sleeping_bit, until - now);
+        const std::uint64_t until = sync_ops::now_ns() + most;
+        for (std::uint64_t now = sync_ops::now_ns();
+             state_.load(std::memory_order_relaxed) == sleeping_bit && now < until; now = sync_ops::now_ns()) {
+          sync_ops::futex_wait_for(state_, sleeping_bit, until - now);
         }
       }
     }
@@ -1297,7 +1307,7 @@ class reaper final : private detail::fork_participant {
     }
     const bool requeued = !declined.empty();
     if (requeued) {
-      if (queue_.add_batch(std::move(declined))) oldest_enqueue_ns_.store(detail::monotonic_ns(), std::memory_order_relaxed);
+      if (queue_.add_batch(std::move(declined))) oldest_enqueue_ns_.store(sync_ops::now_ns(), std::memory_order_relaxed);
       // An RMW, not a load: like enqueue's kick, it is ordered against the worker's STOPPED
       // exchange, so either the worker's final drain sees the items put back or this sees
       // STOPPED and tears them down here, still inside this call's hand.
@@ -1353,11 +1363,11 @@ class reaper final : private detail::fork_participant {
   // tears down what is queued, then waits out every hand counted before that. Flushers take
   // turns from their drain on, so each flip leaves only older hands on the side waited for. False: the deadline
   // passed first.
-  bool settle_after_stop(std::chrono::steady_clock::time_point deadline) {
+  bool settle_after_stop(clock_type::time_point deadline) {
     {
       std::unique_lock lock(control_mutex_);
       const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };
-      if (deadline == std::chrono::steady_clock::time_point::max()) {
+      if (deadline == clock_type::time_point::max()) {
         control_changed_.wait(lock, no_caller_reaps);
       } else if (!control_changed_.wait_until(lock, deadline, no_caller_reaps)) {
         return false;
@@ -1369,12 +1379,12 @@ class reaper final : private detail::fork_participant {
     // A deadline is polled, not passed to a timed lock: the sanitizers' runtimes do not all
     // intercept pthread_mutex_clocklock.
     std::unique_lock turn(settle_mutex_, std::defer_lock);
-    if (deadline == std::chrono::steady_clock::time_point::max()) {
+    if (deadline == clock_type::time_point::max()) {
       turn.lock();
     } else {
       while (!turn.try_lock()) {
-        if (std::chrono::steady_clock::now() >= deadline) return false;
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (clock_type::now() >= deadline) return false;
+        sync_ops::sleep_for(std::chrono::microseconds(50));
       }
     }
     drain_inline();
@@ -1383,11 +1393,11 @@ class reaper final : private detail::fork_participant {
     const std::uint64_t side_mask = (before & hand_side_bit) != 0 ? (std::uint64_t{0x7fffffff} << 32) : 0xffffffffu;
     // acquire: pairs with close_hand's release decrement.
     for (unsigned spins = 0; (inline_hands_.load(std::memory_order_acquire) & side_mask) != 0; ++spins) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (clock_type::now() >= deadline) return false;
       if (spins < 1000) {
-        std::this_thread::yield();
+        sync_ops::yield();
       } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));  // a teardown that takes long
+        sync_ops::sleep_for(std::chrono::microseconds(50));  // a teardown that takes long
       }
     }
     return true;
@@ -1400,7 +1410,7 @@ class reaper final : private detail::fork_participant {
   std::uint32_t kick() noexcept {
     // acq_rel for the same reasons as in enqueue.
     const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
-    if (previous & sleeping_bit) detail::futex_wake_one(state_);
+    if (previous & sleeping_bit) sync_ops::futex_wake_one(state_);
     return previous;
   }
 
@@ -1419,10 +1429,10 @@ class reaper final : private detail::fork_participant {
   // Step two: waits, until `deadline`, for the worker to end; then joins it (the first caller to
   // see it ended does; the others wait for that join, which does not block) and tears down
   // here what producers queued while it ended. False: the deadline passed, nothing changed.
-  bool await_stop(std::chrono::steady_clock::time_point deadline) {
+  bool await_stop(clock_type::time_point deadline) {
     std::unique_lock lock(control_mutex_);
     const auto ended = [&] { return worker_done_ || !worker_running_; };
-    if (deadline == std::chrono::steady_clock::time_point::max()) {
+    if (deadline == clock_type::time_point::max()) {
       control_changed_.wait(lock, ended);
     } else if (!control_changed_.wait_until(lock, deadline, ended)) {
       return false;
@@ -1430,7 +1440,7 @@ class reaper final : private detail::fork_participant {
     if (worker_running_ && !worker_joining_) {
       worker_joining_ = true;
       lock.unlock();
-      if (const int error = pthread_join(worker_, nullptr); error != 0) std::terminate();
+      if (const int error = sync_ops::join_thread(worker_); error != 0) std::terminate();
       lock.lock();
       worker_known_.store(false, std::memory_order_relaxed);  // its pthread_t may be reused
       worker_running_ = false;
@@ -1464,7 +1474,7 @@ class reaper final : private detail::fork_participant {
     }
   }
 
-  bool flush_until(std::chrono::steady_clock::time_point deadline) {
+  bool flush_until(clock_type::time_point deadline) {
     refuse_on_worker("flush");
     return await_flush(request_flush(), deadline);
   }
@@ -1481,7 +1491,7 @@ class reaper final : private detail::fork_participant {
     return ticket;
   }
 
-  bool await_flush(std::uint64_t ticket, std::chrono::steady_clock::time_point deadline) {
+  bool await_flush(std::uint64_t ticket, clock_type::time_point deadline) {
     std::unique_lock lock(control_mutex_);
     // Ticket 0: stopped, or stopping; the stop drains everything. Either way, once the worker
     // has ended, what it did not tear down is on the queue or in a caller's hands.
@@ -1492,9 +1502,9 @@ class reaper final : private detail::fork_participant {
     if (boost_ns_ != 0 && !done()) {
       // Waited boost_after and still waiting: raise the worker (see "Boost"). Under the control
       // mutex, so the worker completes this ticket, and then lowers itself, after the raise.
-      const auto boost_at = std::chrono::steady_clock::now() + opts_.boost_after;
+      const auto boost_at = clock_type::now() + opts_.boost_after;
       if (!control_changed_.wait_until(lock, std::min(boost_at, deadline), done)) {
-        if (std::chrono::steady_clock::now() >= deadline) return false;
+        if (clock_type::now() >= deadline) return false;
         priority_change change;
         (void)raise_worker("flush", change);
         lock.unlock();
@@ -1502,7 +1512,7 @@ class reaper final : private detail::fork_participant {
         lock.lock();
       }
     }
-    if (deadline == std::chrono::steady_clock::time_point::max()) {
+    if (deadline == clock_type::time_point::max()) {
       control_changed_.wait(lock, done);
     } else if (!control_changed_.wait_until(lock, deadline, done)) {
       return false;
@@ -1639,7 +1649,7 @@ class reaper final : private detail::fork_participant {
       held_.del_all().forget();
       // A thread that held the control mutex (the worker, a flush) is not here: start it over.
       // No thread waits here, so no flush is outstanding.
-      new (&control_mutex_) std::mutex;
+      new (&control_mutex_) mutex_type;
       flush_completed_ = flush_requested_;
       worker_joining_ = false;
     }
@@ -1656,11 +1666,11 @@ class reaper final : private detail::fork_participant {
     caller_reaps_ = 0;
     boosted_.store(false, std::memory_order_relaxed);
     // nice_mutex_ is not held across fork (see "Fork"): a thread that held it is not here.
-    new (&nice_mutex_) std::mutex;
-    new (&settle_mutex_) std::mutex;
+    new (&nice_mutex_) mutex_type;
+    new (&settle_mutex_) mutex_type;
     // The parked worker was a waiter on control_changed_; it does not exist here, and glibc's
     // pthread_cond_destroy would wait for it forever. Start over with a fresh one.
-    new (&control_changed_) std::condition_variable;
+    new (&control_changed_) condition_type;
     if (parked) control_mutex_.unlock();
   }
 
@@ -1673,9 +1683,9 @@ class reaper final : private detail::fork_participant {
   sharded_counter enqueued_;  // its shards live on lines of their own
   pthread_t worker_{};
   pthread_t worker_thread_{};
-  std::atomic<bool> worker_known_{false};
-  mutable std::atomic<std::uint32_t> cpu_clock_pins_{0};  // stats() readers | clock_closed_bit
-  std::atomic<std::uint32_t> setup_warnings_{0};
+  atomic<bool> worker_known_{false};
+  mutable atomic<std::uint32_t> cpu_clock_pins_{0};  // stats() readers | clock_closed_bit
+  atomic<std::uint32_t> setup_warnings_{0};
 
   const pool_link link_;
   // 0: producers wake the worker (see "Wake policy").
@@ -1688,10 +1698,10 @@ class reaper final : private detail::fork_participant {
 
   // Written by producers (and by the worker when it sleeps and wakes).
   alignas(64) Queue queue_;
-  std::atomic<std::uint32_t> state_{0};  // sleeping_bit | kicked_bit | stopped_bit; RMWs only,
+  atomic<std::uint32_t> state_{0};  // sleeping_bit | kicked_bit | stopped_bit; RMWs only,
                                          // except single-threaded stores in a fork child
-  std::atomic<std::uint64_t> oldest_enqueue_ns_{0};
-  std::atomic<std::uint64_t> wakeups_{0};
+  atomic<std::uint64_t> oldest_enqueue_ns_{0};
+  atomic<std::uint64_t> wakeups_{0};
 
   // Written by the worker for every item (and by the fork child handler, single-threaded).
   alignas(64) llist_batch<T, Hook> in_flight_;
@@ -1703,31 +1713,31 @@ class reaper final : private detail::fork_participant {
   // In a pool: the rest of the batch while the worker runs an item (taken by a sibling's steal,
   // or back by the worker with an exchange); in a fork child, what the parked worker held
   // (fork_policy::wait_for_item).
-  llist<T, Hook> held_;
-  std::atomic<std::uint64_t> item_started_ns_{0};  // in a pool: when the item now run with a
+  llist<T, Hook, typename sync_ops::atomics_policy> held_;
+  atomic<std::uint64_t> item_started_ns_{0};  // in a pool: when the item now run with a
                                                    // held rest started; 0: nothing held
-  std::atomic<bool> watching_{false};  // in a pool: asleep with a time limit (see watch)
-  std::atomic<std::uint64_t> stolen_{0};
-  std::atomic<bool> idle_{false};  // see set_idle
-  std::atomic<std::uint64_t> reaped_{0};  // also by callers tearing down inline
-  std::atomic<std::uint64_t> batches_{0};
-  std::atomic<std::uint64_t> worker_cpu_ns_{0};
-  std::atomic<std::uint64_t> longest_wait_ns_{0};
-  std::atomic<std::uint64_t> errors_{0};
-  std::atomic<std::uint64_t> inline_reaped_{0};
-  std::atomic<std::uint64_t> yields_{0};
-  std::atomic<std::uint64_t> polls_{0};
-  std::atomic<std::uint64_t> hurries_{0};
+  atomic<bool> watching_{false};  // in a pool: asleep with a time limit (see watch)
+  atomic<std::uint64_t> stolen_{0};
+  atomic<bool> idle_{false};  // see set_idle
+  atomic<std::uint64_t> reaped_{0};  // also by callers tearing down inline
+  atomic<std::uint64_t> batches_{0};
+  atomic<std::uint64_t> worker_cpu_ns_{0};
+  atomic<std::uint64_t> longest_wait_ns_{0};
+  atomic<std::uint64_t> errors_{0};
+  atomic<std::uint64_t> inline_reaped_{0};
+  atomic<std::uint64_t> yields_{0};
+  atomic<std::uint64_t> polls_{0};
+  atomic<std::uint64_t> hurries_{0};
   // The limit of the worker's next (or current) look; written by the worker only, read by stats().
-  std::atomic<std::uint64_t> poll_limit_ns_{poll_ns_};
-  std::atomic<std::uint64_t> boosts_{0};
-  std::atomic<std::uint64_t> boosts_refused_{0};
-  std::atomic<bool> child_sweep_{false};  // a fork child's next drain sweeps every shard
+  atomic<std::uint64_t> poll_limit_ns_{poll_ns_};
+  atomic<std::uint64_t> boosts_{0};
+  atomic<std::uint64_t> boosts_refused_{0};
+  atomic<bool> child_sweep_{false};  // a fork child's next drain sweeps every shard
 
   // Control plane: guarded by control_mutex_.
-  alignas(64) mutable std::mutex control_mutex_;
-  std::condition_variable control_changed_;
-  std::atomic<bool> control_requested_{false};  // written under control_mutex_; read as a hint
+  alignas(64) mutable mutex_type control_mutex_;
+  condition_type control_changed_;
+  atomic<bool> control_requested_{false};  // written under control_mutex_; read as a hint
   bool worker_running_ = false;
   bool worker_parked_ = false;
   bool stop_requested_ = false;
@@ -1738,7 +1748,7 @@ class reaper final : private detail::fork_participant {
   int nice_ = opts_.nice;  // set_nice's; applied by the worker at its start (nice_mutex_)
   pid_t worker_tid_ = 0;   // the worker's thread id while it runs; 0 before and after (nice_mutex_)
   int boosted_nice_ = 0;   // the nice a boost raised the worker to, while boosted_ (nice_mutex_)
-  std::atomic<bool> boosted_{false};  // written under nice_mutex_; read by the worker as a hint
+  atomic<bool> boosted_{false};  // written under nice_mutex_; read by the worker as a hint
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
   std::uint64_t caller_reaps_ = 0;  // reap_on_caller calls in progress
@@ -1746,12 +1756,12 @@ class reaper final : private detail::fork_participant {
   std::uint64_t pass_put_backs_ = 0;  // put_backs_ when the worker's pass took its flush ticket
 
   // See open_hand: bit 63 the side new hands count on, bits 0-31 side 0's count, 32-62 side 1's.
-  std::atomic<std::uint64_t> inline_hands_{0};
-  std::mutex settle_mutex_;  // flushers after stop take turns (settle_after_stop)
+  atomic<std::uint64_t> inline_hands_{0};
+  mutex_type settle_mutex_;  // flushers after stop take turns (settle_after_stop)
   // Guards nice_, worker_tid_ and the boost; never held across fork(), and taken inside
   // control_mutex_ at most (a flush's boost), never around it, so fn may
   // call nice()/set_nice() of any reaper while a fork() parks its worker.
-  mutable std::mutex nice_mutex_;
+  mutable mutex_type nice_mutex_;
 
   // The reaper whose reap_on_caller runs on this thread, if any.
   static inline thread_local const reaper* reaping_here_ = nullptr;

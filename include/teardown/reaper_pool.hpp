@@ -252,21 +252,18 @@ inline std::string pool_worker_name(const std::string& name, std::size_t index) 
   return name.substr(0, 15 > suffix.size() ? 15 - suffix.size() : 0) + suffix;
 }
 
-inline std::uint64_t coarse_monotonic_ns() noexcept {
-  timespec ts{};
-#if defined(CLOCK_MONOTONIC_COARSE)
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-#else
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-#endif
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 }  // namespace detail
 
 template <class T, llist_node T::*Hook, class Fn, class Queue = sharded_llist<T, Hook>>
 class reaper_pool final : private detail::fork_participant {
   static_assert(std::is_copy_constructible_v<Fn>, "reaper_pool: fn is copied into every worker");
+
+  // The pool's own words, locks and clock: its queue's Sync policy, as its workers' (sync.hpp).
+  using sync_ops = sync_of_t<Queue>;
+  template <class W>
+  using atomic = typename sync_ops::template atomic<W>;
+  using mutex_type = typename sync_ops::mutex;
+  using clock_type = typename sync_ops::clock;
 
  public:
   using worker_type = reaper<T, Hook, Fn, Queue>;
@@ -349,12 +346,12 @@ class reaper_pool final : private detail::fork_participant {
   }
 
   /// Blocks until every item enqueued (to any worker) before the call has been torn down.
-  void flush() { (void)flush_until(std::chrono::steady_clock::time_point::max()); }
+  void flush() { (void)flush_until(clock_type::time_point::max()); }
 
   /// flush() with a time limit: true if the flush completed in time.
   template <class Rep, class Period>
   bool flush_for(std::chrono::duration<Rep, Period> timeout) {
-    return flush_until(std::chrono::steady_clock::now() + timeout);
+    return flush_until(clock_type::now() + timeout);
   }
 
   /// Returns once every worker is parked between items (or gone), holding none: all that is
@@ -404,7 +401,7 @@ class reaper_pool final : private detail::fork_participant {
   /// then is joined. Afterwards enqueue runs fn inline. Idempotent. May block, without limit.
   void stop() {
     refuse_on_workers("stop");
-    (void)stop_until(std::chrono::steady_clock::time_point::max());
+    (void)stop_until(clock_type::time_point::max());
   }
 
   /// stop() that waits at most `timeout` in all: true iff every worker drained its queue and was
@@ -416,7 +413,7 @@ class reaper_pool final : private detail::fork_participant {
   template <class Rep, class Period>
   bool stop_for(std::chrono::duration<Rep, Period> timeout) {
     refuse_on_workers("stop_for");
-    return stop_until(detail::deadline_after(timeout));
+    return stop_until(detail::deadline_after<clock_type>(timeout));
   }
 
   /// True when called from the pool's own callback: fn on one of its workers, or take or fn
@@ -524,7 +521,7 @@ class reaper_pool final : private detail::fork_participant {
 
   // Every worker is asked before any is waited for, so they drain side by side; a worker that
   // ended is joined even after the deadline has passed for an earlier one.
-  bool stop_until(std::chrono::steady_clock::time_point deadline) {
+  bool stop_until(clock_type::time_point deadline) {
     {
       const std::lock_guard lock(steal_mutex_);
       stopping_ = true;
@@ -536,7 +533,7 @@ class reaper_pool final : private detail::fork_participant {
     return all;
   }
 
-  bool flush_until(std::chrono::steady_clock::time_point deadline) {
+  bool flush_until(clock_type::time_point deadline) {
     refuse_on_workers("flush");
     std::vector<std::uint64_t> tickets(count_);
     std::uint64_t seen = 0;
@@ -646,7 +643,7 @@ class reaper_pool final : private detail::fork_participant {
 
   // A chain as a batch in the chain's order (front first), through a private list.
   static llist_batch<T, Hook> as_batch(llist_chain<T, Hook>&& chain) noexcept {
-    llist<T, Hook> shape;
+    llist<T, Hook> shape;  // private to this call: no other thread sees it
     (void)shape.add_batch(std::move(chain));
     return shape.del_all();
   }
@@ -656,7 +653,7 @@ class reaper_pool final : private detail::fork_participant {
   // next), the other half goes on the victim's queue, where the victim (or another thief) finds
   // it. Under steal_mutex_, as a queue steal: it moves items between workers.
   llist_batch<T, Hook> steal_held(std::size_t thief, std::size_t& taken) noexcept {
-    const std::uint64_t now = detail::monotonic_ns();
+    const std::uint64_t now = sync_ops::now_ns();
     std::size_t victim = count_;
     std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
     for (std::size_t k = 1; k < count_; ++k) {
@@ -718,7 +715,7 @@ class reaper_pool final : private detail::fork_participant {
     if (earliest == 0) return worker_type::no_watch;
     self.watching_.store(true, std::memory_order_seq_cst);  // seq_cst: as above
     if (steal_refused_.load(std::memory_order_relaxed)) return min_watch_ns;
-    const std::uint64_t now = detail::monotonic_ns();
+    const std::uint64_t now = sync_ops::now_ns();
     const std::uint64_t ripe = earliest + steal_after_ns_;
     if (now >= ripe) return stealable ? 0 : min_watch_ns;
     return std::max(ripe - now, min_watch_ns);
@@ -746,7 +743,7 @@ class reaper_pool final : private detail::fork_participant {
     // sibling finds the backlog and steals at its next look.
     if (workers_[index]->poll_ns_ != 0) return;
     if (steal_after_ns_ != 0) {
-      const std::uint64_t now = detail::coarse_monotonic_ns();
+      const std::uint64_t now = sync_ops::coarse_now_ns();
       if (now < since || now - since < steal_after_ns_) return;
     }
     if (steal_refused_.load(std::memory_order_relaxed)) return;
@@ -811,7 +808,7 @@ class reaper_pool final : private detail::fork_participant {
   void fork_child() noexcept override {
     // Single-threaded here. A thread that held steal_mutex_ for a moment does not exist in the
     // child; nor do the workers. Start the mutex over (as reaper does its condition variable).
-    new (&steal_mutex_) std::mutex;
+    new (&steal_mutex_) mutex_type;
     freeze_depth_ = 0;
     exclusive_flushes_ = 0;
     stopping_ = true;
@@ -824,15 +821,15 @@ class reaper_pool final : private detail::fork_participant {
   const std::size_t count_;
   const std::uint64_t steal_after_ns_;
   const bool stealing_;  // opts_.steal and more than one worker
-  std::atomic<bool> ready_{false};
+  atomic<bool> ready_{false};
 
   // Guarded by steal_mutex_ (see "Flush with stealing").
-  std::mutex steal_mutex_;
+  mutex_type steal_mutex_;
   std::uint64_t steal_events_ = 0;       // steals that moved items
   std::uint64_t freeze_depth_ = 0;       // pool freezes not yet thawed
   std::uint64_t exclusive_flushes_ = 0;  // flushes in their steal-free round
   bool stopping_ = false;
-  std::atomic<bool> steal_refused_{true};  // written under steal_mutex_; read as a hint
+  atomic<bool> steal_refused_{true};  // written under steal_mutex_; read as a hint
 
   // Last: destroyed first, while what their hooks use still exists.
   std::vector<std::unique_ptr<worker_type>> workers_;

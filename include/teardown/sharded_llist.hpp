@@ -172,6 +172,7 @@ class sharded_llist {
  public:
   using batch = llist_batch<T, Hook>;
   using chain = llist_chain<T, Hook>;
+  using atomics_type = Atomics;
 
   static constexpr std::size_t max_shards = 256;
 

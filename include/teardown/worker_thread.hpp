@@ -2,7 +2,8 @@
 // names live in teardown::detail, for reaper.hpp, reaper_pool.hpp and the compositions; do not
 // depend on them directly.
 //
-//   monotonic_ns, thread_cpu_ns   clocks (the CPU clock is a real syscall, no vDSO)
+//   monotonic_ns, coarse_monotonic_ns, thread_cpu_ns
+//                                 clocks (the CPU clock is a real syscall, no vDSO)
 //   futex_wait, futex_wait_for,   a private futex on a 32-bit atomic word (std::atomic::wait
 //   futex_wake_one                elsewhere); waits may return spuriously
 //   start_thread_with_signals_blocked
@@ -52,6 +53,17 @@ inline std::uint64_t monotonic_ns() noexcept {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
           .count());
+}
+
+// A coarse clock (the last tick; no vDSO time computation): for checks that tolerate a few ms.
+inline std::uint64_t coarse_monotonic_ns() noexcept {
+  timespec ts{};
+#if defined(CLOCK_MONOTONIC_COARSE)
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+#else
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 inline std::uint64_t thread_cpu_ns() noexcept {
@@ -227,17 +239,17 @@ class fork_registry {
   std::abort();
 }
 
-// now + timeout, saturating at time_point::max() (no limit) instead of overflowing.
-template <class Rep, class Period>
-std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) {
-  using clock = std::chrono::steady_clock;
-  const clock::time_point now = clock::now();
+// now + timeout on Clock, saturating at time_point::max() (no limit) instead of overflowing.
+template <class Clock = std::chrono::steady_clock, class Rep, class Period>
+typename Clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) {
+  using clock = Clock;
+  const typename clock::time_point now = clock::now();
   if (timeout <= std::chrono::duration<Rep, Period>::zero()) return now;
   if (std::chrono::duration_cast<std::chrono::duration<double>>(timeout) >=
       std::chrono::duration_cast<std::chrono::duration<double>>(clock::time_point::max() - now)) {
     return clock::time_point::max();
   }
-  return now + std::chrono::duration_cast<clock::duration>(timeout);
+  return now + std::chrono::duration_cast<typename clock::duration>(timeout);
 }
 
 }  // namespace teardown::detail

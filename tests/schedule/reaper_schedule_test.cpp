@@ -1,0 +1,223 @@
+// The reaper's and the pool's protocols under the deterministic scheduler (schedule.hpp): the
+// real headers, every atomic and futex operation of theirs a point where the scheduler picks
+// the thread that runs. Each test explores one protocol and asserts what its header promises;
+// a failure prints the schedule's name (TEARDOWN_SCHEDULE_REPLAY=<name> replays it).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.hpp"
+#include "teardown/llist.hpp"
+#include "teardown/reaper.hpp"
+#include "teardown/reaper_pool.hpp"
+#include "teardown/sharded_llist.hpp"
+
+namespace {
+
+namespace sched = teardown::schedule;
+
+struct item {
+  teardown::llist_node node;
+  std::atomic<int> runs{0};         // plain atomics: the test's own bookkeeping, not a point
+  std::atomic<bool> enqueued{false};  // its enqueue returned
+  int id = 0;
+};
+
+struct count_runs {
+  void operator()(item& x) const noexcept { x.runs.fetch_add(1, std::memory_order_relaxed); }
+};
+
+using queue = teardown::llist<item, &item::node, sched::sync>;
+using sharded_queue = teardown::sharded_llist<item, &item::node, sched::sync>;
+using scheduled_reaper = teardown::reaper<item, &item::node, count_runs, queue>;
+using sharded_reaper = teardown::reaper<item, &item::node, count_runs, sharded_queue>;
+
+// No spinning before a sleep: each poll would be a point, and the sleep is the protocol.
+teardown::reaper_options quiet(teardown::reaper_options opts = {}) {
+  opts.spin_polls = 0;
+  return opts;
+}
+
+std::vector<item> items(int n) {
+  std::vector<item> made(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) made[static_cast<std::size_t>(i)].id = i;
+  return made;
+}
+
+void enqueue_each(auto& reaper, std::vector<item>& all, std::size_t from, std::size_t to) {
+  for (std::size_t i = from; i < to; ++i) {
+    reaper.enqueue(all[i]);
+    all[i].enqueued.store(true, std::memory_order_relaxed);
+  }
+}
+
+void expect_once_each(const std::vector<item>& all, const char* when, std::size_t from = 0,
+                      std::size_t to = ~std::size_t{0}) {
+  for (std::size_t i = from; i < std::min(to, all.size()); ++i) {
+    const item& x = all[i];
+    const int runs = x.runs.load(std::memory_order_relaxed);
+    sched::check(runs == 1, std::string(when) + ": item " + std::to_string(x.id) + " torn down " +
+                                std::to_string(runs) + " times");
+  }
+}
+
+void expect_explored(const sched::explore_result& result, std::uint64_t at_least) {
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, at_least);
+}
+
+constexpr std::uint64_t schedules = 10'000;
+// What explore runs for `asked` (TEARDOWN_SCHEDULES, or a tenth under a sanitizer).
+std::uint64_t expected_runs(std::uint64_t asked) {
+  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
+  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
+  return sched::detail::under_sanitizer() ? asked / 10 : asked;
+}
+
+// Wake/sleep: producers' kicks against the worker's SLEEPING exchange. A lost wake-up leaves
+// the worker asleep with items queued while the scenario waits for them: a deadlock, which the
+// scheduler reports with the schedule's name.
+TEST(ScheduleTest, WakeSleepNeverLosesAWakeUp) {
+  const auto result = sched::explore({.name = "wake/sleep", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    sched::atomic<std::uint32_t> reaped{0};
+    struct signal_runs {
+      sched::atomic<std::uint32_t>* reaped;
+      void operator()(item& x) const noexcept {
+        x.runs.fetch_add(1, std::memory_order_relaxed);
+        reaped->fetch_add(1, std::memory_order_relaxed);
+        sched::sync::futex_wake_one(*reaped);
+      }
+    };
+    teardown::reaper<item, &item::node, signal_runs, queue> reaper(signal_runs{&reaped}, quiet());
+    {
+      sched::thread a([&] { enqueue_each(reaper, all, 0, 2); });
+      sched::thread b([&] { enqueue_each(reaper, all, 2, 4); });
+    }
+    // Waits for the worker alone: no flush, no stop, which would wake it themselves.
+    for (std::uint32_t seen; (seen = reaped.load(std::memory_order_relaxed)) < all.size();) {
+      sched::sync::futex_wait(reaped, seen);
+    }
+    expect_once_each(all, "after the worker ran them");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// Flush tickets, with reap_on_caller taking and putting back: each flush waits for the items
+// whose enqueue returned before it was called, wherever they are.
+TEST(ScheduleTest, FlushIsABarrierBesideReapOnCaller) {
+  const auto result = sched::explore({.name = "flush", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    scheduled_reaper reaper(count_runs{}, quiet());
+    sched::thread producer([&] {
+      enqueue_each(reaper, all, 0, 2);
+      reaper.flush();
+      expect_once_each(all, "flush after enqueue", 0, 2);
+    });
+    sched::thread caller([&] {
+      // Takes the odd ones, declines (puts back) the even ones.
+      (void)reaper.reap_on_caller([](item& x) { return x.id % 2 == 1; });
+    });
+    enqueue_each(reaper, all, 2, 4);
+    reaper.flush();
+    for (std::size_t i = 2; i < 4; ++i) {
+      sched::check(all[i].runs.load(std::memory_order_relaxed) == 1,
+                   "flush returned before item " + std::to_string(i) + " was torn down");
+    }
+    producer.join();
+    caller.join();
+    reaper.stop();
+    expect_once_each(all, "after stop");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// Freeze/thaw: fn never starts while frozen; a freeze that returns has the worker parked
+// between items; everything runs once after the thaw.
+TEST(ScheduleTest, FreezeParksTheWorkerAndThawResumesIt) {
+  const auto result = sched::explore({.name = "freeze/thaw", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    std::atomic<bool> frozen{false};
+    struct frozen_check {
+      std::atomic<bool>* frozen;
+      void operator()(item& x) const noexcept {
+        sched::check(!frozen->load(std::memory_order_relaxed), "fn ran while the reaper was frozen");
+        x.runs.fetch_add(1, std::memory_order_relaxed);
+      }
+    };
+    teardown::reaper<item, &item::node, frozen_check, queue> reaper(frozen_check{&frozen}, quiet());
+    sched::thread producer([&] { enqueue_each(reaper, all, 0, 4); });
+    reaper.freeze();
+    frozen.store(true, std::memory_order_relaxed);
+    sched::sync::yield();  // let the producer (and a worker that did not park) go on
+    frozen.store(false, std::memory_order_relaxed);
+    reaper.thaw();
+    producer.join();
+    reaper.flush();
+    expect_once_each(all, "after thaw and flush");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// stop and stop_for beside producers and a reap_on_caller: everything enqueued before stop was
+// called is torn down when it returns; everything enqueued at all, exactly once.
+TEST(ScheduleTest, StopCoversWhatWasEnqueuedBeforeItAndNothingRunsTwice) {
+  const auto result = sched::explore({.name = "stop", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    {
+      scheduled_reaper reaper(count_runs{}, quiet());
+      sched::thread producer([&] { enqueue_each(reaper, all, 0, 3); });
+      sched::thread caller([&] { (void)reaper.reap_on_caller([](item& x) { return x.id == 0; }); });
+      std::vector<bool> before(all.size());
+      for (std::size_t i = 0; i < all.size(); ++i) before[i] = all[i].enqueued.load(std::memory_order_relaxed);
+      const bool stopped = reaper.stop_for(std::chrono::nanoseconds(0));
+      if (!stopped) reaper.stop();
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        if (before[i]) {
+          sched::check(all[i].runs.load(std::memory_order_relaxed) == 1,
+                       "stop returned before item " + std::to_string(i) + ", enqueued before it, was torn down");
+        }
+      }
+      enqueue_each(reaper, all, 3, 4);  // after stop: torn down inline
+      producer.join();
+      caller.join();
+    }
+    expect_once_each(all, "after the reaper's end");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// Sharded flags: an adder preempted between its push and its shard's flag must not hide an
+// item that another adder on the same shard then flushes. Each producer thread has its own
+// shard index; two shards make them share one whenever the indexes collide.
+TEST(ScheduleTest, FlushOverAShardedQueueSeesEveryShard) {
+  const auto result = sched::explore({.name = "sharded flush", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    struct two_shards : sharded_queue {
+      two_shards() : sharded_queue(2) {}
+    };
+    teardown::reaper<item, &item::node, count_runs, two_shards> reaper(count_runs{}, quiet());
+    sched::thread a([&] {
+      enqueue_each(reaper, all, 0, 2);
+      reaper.flush();
+      expect_once_each(all, "flush after enqueue on one shard", 0, 2);
+    });
+    sched::thread b([&] {
+      enqueue_each(reaper, all, 2, 4);
+      reaper.flush();
+      for (std::size_t i = 2; i < 4; ++i) {
+        sched::check(all[i].runs.load(std::memory_order_relaxed) == 1,
+                     "flush returned before item " + std::to_string(i) + " was torn down");
+      }
+    });
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+}  // namespace
