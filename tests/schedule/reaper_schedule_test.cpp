@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,8 +30,13 @@ struct item {
   int id = 0;
 };
 
+// A teardown takes time: the yield is a point inside it, where a flush or stop that ought to
+// wait for it may try to return.
 struct count_runs {
-  void operator()(item& x) const noexcept { x.runs.fetch_add(1, std::memory_order_relaxed); }
+  void operator()(item& x) const noexcept {
+    sched::sync::yield();
+    x.runs.fetch_add(1, std::memory_order_relaxed);
+  }
 };
 
 using queue = teardown::llist<item, &item::node, sched::sync>;
@@ -169,10 +175,18 @@ TEST(ScheduleTest, FreezeParksTheWorkerAndThawResumesIt) {
 // called is torn down when it returns; everything enqueued at all, exactly once.
 TEST(ScheduleTest, StopCoversWhatWasEnqueuedBeforeItAndNothingRunsTwice) {
   const auto result = sched::explore({.name = "stop", .schedules = schedules}, [] {
-    std::vector<item> all = items(4);
+    std::vector<item> all = items(5);
     {
       scheduled_reaper reaper(count_runs{}, quiet());
-      sched::thread producer([&] { enqueue_each(reaper, all, 0, 3); });
+      reaper.freeze();  // so that 0 and 1 wait on the queue for whoever takes them: a stop overrides it
+      enqueue_each(reaper, all, 0, 2);
+      // The producer enqueues once the worker has published its end (stats().running is
+      // false from then on): its add finds the reaper stopped and drains inline, racing the
+      // worker's final drain and stop's settling for items 0 and 1.
+      sched::thread producer([&] {
+        while (reaper.stats().running) sched::sync::yield();
+        enqueue_each(reaper, all, 2, 4);
+      });
       sched::thread caller([&] { (void)reaper.reap_on_caller([](item& x) { return x.id == 0; }); });
       std::vector<bool> before(all.size());
       for (std::size_t i = 0; i < all.size(); ++i) before[i] = all[i].enqueued.load(std::memory_order_relaxed);
@@ -184,7 +198,7 @@ TEST(ScheduleTest, StopCoversWhatWasEnqueuedBeforeItAndNothingRunsTwice) {
                        "stop returned before item " + std::to_string(i) + ", enqueued before it, was torn down");
         }
       }
-      enqueue_each(reaper, all, 3, 4);  // after stop: torn down inline
+      enqueue_each(reaper, all, 4, 5);  // after stop: torn down inline
       producer.join();
       caller.join();
     }
@@ -198,24 +212,22 @@ TEST(ScheduleTest, StopCoversWhatWasEnqueuedBeforeItAndNothingRunsTwice) {
 // shard index; two shards make them share one whenever the indexes collide.
 TEST(ScheduleTest, FlushOverAShardedQueueSeesEveryShard) {
   const auto result = sched::explore({.name = "sharded flush", .schedules = schedules}, [] {
-    std::vector<item> all = items(4);
+    std::vector<item> all = items(3);
     struct two_shards : sharded_queue {
       two_shards() : sharded_queue(2) {}
     };
     teardown::reaper<item, &item::node, count_runs, two_shards> reaper(count_runs{}, quiet());
-    sched::thread a([&] {
-      enqueue_each(reaper, all, 0, 2);
-      reaper.flush();
-      expect_once_each(all, "flush after enqueue on one shard", 0, 2);
-    });
-    sched::thread b([&] {
-      enqueue_each(reaper, all, 2, 4);
-      reaper.flush();
-      for (std::size_t i = 2; i < 4; ++i) {
+    // Three adders on two shards: two of them share one.
+    std::vector<std::unique_ptr<sched::thread>> producers;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      producers.push_back(std::make_unique<sched::thread>([&, i] {
+        enqueue_each(reaper, all, i, i + 1);
+        reaper.flush();
         sched::check(all[i].runs.load(std::memory_order_relaxed) == 1,
-                     "flush returned before item " + std::to_string(i) + " was torn down");
-      }
-    });
+                     "flush returned before item " + std::to_string(i) + ", enqueued before it, was torn down");
+      }));
+    }
+    producers.clear();
   });
   expect_explored(result, expected_runs(schedules));
 }

@@ -201,6 +201,26 @@ class scheduler {
     hand_to(next, self, /*wait=*/true);
   }
 
+  // A yield (a spin loop's): the next step goes to another runnable thread if there is one
+  // (the highest under PCT), so a spinner of high priority cannot starve the thread it waits
+  // for, and priorities stay as PCT set them.
+  void yield(int self) {
+    if (free_run()) return;
+    ++steps_;
+    thread_slot& me = slot(self);
+    me.state = status::blocked;  // out of this one pick
+    me.waiting_on = &me;
+    me.deadline = no_deadline;
+    bool others = false;
+    for (int k = 0; k < next_slot_; ++k) others = others || slots_[static_cast<std::size_t>(k)].state == status::runnable;
+    me.state = status::runnable;
+    if (!others) return;
+    me.state = status::blocked;
+    const int next = pick(/*self_runnable=*/false);
+    me.state = status::runnable;  // runnable again for every later pick
+    hand_to(next, self, /*wait=*/true);
+  }
+
   // Blocks the thread on `word` (nullptr: a sleep) until woken or, with a deadline, timed out.
   // Returns true if it timed out. Wakes may come spuriously (free run).
   bool block(int self, const void* word, std::uint64_t deadline) {
@@ -640,7 +660,9 @@ struct sync {
     }
     std::this_thread::sleep_for(duration);
   }
-  static void yield() noexcept { detail::point(); }
+  static void yield() noexcept {
+    if (detail::scheduler* s = detail::here()) s->yield(detail::self);
+  }
   static int start_thread(pthread_t* thread, void* (*entry)(void*), void* arg) noexcept;
   static int join_thread(pthread_t thread) noexcept;
 };
@@ -888,7 +910,8 @@ inline explore_result explore(explore_options opts, const std::function<void()>&
       const std::string name = detail::name_of(kind, seed, expected_steps, {});
       const detail::run_outcome outcome = detail::run_once(opts, kind, seed, {}, expected_steps, trace, scenario, name);
       note_run(outcome, name);
-      expected_steps = std::max(expected_steps, outcome.steps);
+      // PCT's change points fall within the longest run seen: a guess beyond it wastes them.
+      expected_steps = std::max(result.longest_run_steps, std::uint64_t{1});
     }
   }
   std::fprintf(stderr, "schedule: %s: %llu runs (%s), up to %llu steps and %llu threads%s%s%s\n", opts.name,
