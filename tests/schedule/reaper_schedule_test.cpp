@@ -232,4 +232,27 @@ TEST(ScheduleTest, FlushOverAShardedQueueSeesEveryShard) {
   expect_explored(result, expected_runs(schedules));
 }
 
+// A pool: flush rounds over two workers while an idle one steals queued items or the held rest
+// of a sibling's batch (a slow item: its fn yields). Each flush covers its caller's items
+// wherever they went; nothing runs twice.
+TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
+  const auto result = sched::explore({.name = "pool steal/flush", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    {
+      teardown::reaper_pool<item, &item::node, count_runs, sharded_queue> pool(
+          count_runs{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = quiet()});
+      sched::thread producer([&] {
+        enqueue_each(pool, all, 0, 3);
+        pool.flush();
+        expect_once_each(all, "pool flush after enqueue", 0, 3);
+      });
+      enqueue_each(pool, all, 3, 4);
+      pool.flush();
+      sched::check(all[3].runs.load(std::memory_order_relaxed) == 1, "pool flush returned before item 3 was torn down");
+    }
+    expect_once_each(all, "after the pool's end");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
 }  // namespace
