@@ -1363,7 +1363,7 @@ class reaper final : private detail::fork_participant {
   // tears down what is queued, then waits out every hand counted before that. Flushers take
   // turns from their drain on, so each flip leaves only older hands on the side waited for. False: the deadline
   // passed first.
-  bool settle_after_stop(clock_type::time_point deadline) {
+  bool settle_after_stop(typename clock_type::time_point deadline) {
     {
       std::unique_lock lock(control_mutex_);
       const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };
@@ -1429,7 +1429,7 @@ class reaper final : private detail::fork_participant {
   // Step two: waits, until `deadline`, for the worker to end; then joins it (the first caller to
   // see it ended does; the others wait for that join, which does not block) and tears down
   // here what producers queued while it ended. False: the deadline passed, nothing changed.
-  bool await_stop(clock_type::time_point deadline) {
+  bool await_stop(typename clock_type::time_point deadline) {
     std::unique_lock lock(control_mutex_);
     const auto ended = [&] { return worker_done_ || !worker_running_; };
     if (deadline == clock_type::time_point::max()) {
@@ -1474,7 +1474,7 @@ class reaper final : private detail::fork_participant {
     }
   }
 
-  bool flush_until(clock_type::time_point deadline) {
+  bool flush_until(typename clock_type::time_point deadline) {
     refuse_on_worker("flush");
     return await_flush(request_flush(), deadline);
   }
@@ -1491,7 +1491,7 @@ class reaper final : private detail::fork_participant {
     return ticket;
   }
 
-  bool await_flush(std::uint64_t ticket, clock_type::time_point deadline) {
+  bool await_flush(std::uint64_t ticket, typename clock_type::time_point deadline) {
     std::unique_lock lock(control_mutex_);
     // Ticket 0: stopped, or stopping; the stop drains everything. Either way, once the worker
     // has ended, what it did not tear down is on the queue or in a caller's hands.

@@ -521,7 +521,7 @@ class reaper_pool final : private detail::fork_participant {
 
   // Every worker is asked before any is waited for, so they drain side by side; a worker that
   // ended is joined even after the deadline has passed for an earlier one.
-  bool stop_until(clock_type::time_point deadline) {
+  bool stop_until(typename clock_type::time_point deadline) {
     {
       const std::lock_guard lock(steal_mutex_);
       stopping_ = true;
@@ -533,7 +533,7 @@ class reaper_pool final : private detail::fork_participant {
     return all;
   }
 
-  bool flush_until(clock_type::time_point deadline) {
+  bool flush_until(typename clock_type::time_point deadline) {
     refuse_on_workers("flush");
     std::vector<std::uint64_t> tickets(count_);
     std::uint64_t seen = 0;
