@@ -115,6 +115,35 @@ TEST(ScheduleTest, WakeSleepNeverLosesAWakeUp) {
   expect_explored(result, expected_runs(schedules));
 }
 
+// The same protocol, small enough to enumerate: one producer, one item, every schedule with at
+// most two preemptions.
+TEST(ScheduleTest, WakeSleepExhaustivelyWithinTwoPreemptions) {
+  const auto result = sched::explore(
+      {.name = "wake/sleep, exhaustive", .kind = sched::strategy::exhaustive, .schedules = 200'000,
+       .preemption_bound = 2},
+      [] {
+        item x;
+        sched::atomic<std::uint32_t> reaped{0};
+        struct signal_runs {
+          sched::atomic<std::uint32_t>* reaped;
+          void operator()(item& it) const noexcept {
+            it.runs.fetch_add(1, std::memory_order_relaxed);
+            reaped->store(1, std::memory_order_relaxed);
+            sched::sync::futex_wake_one(*reaped);
+          }
+        };
+        teardown::reaper<item, &item::node, signal_runs, queue> reaper(signal_runs{&reaped}, quiet());
+        sched::thread producer([&] { reaper.enqueue(x); });
+        while (reaped.load(std::memory_order_relaxed) == 0) sched::sync::futex_wait(reaped, 0);
+        producer.join();
+        sched::check(x.runs.load(std::memory_order_relaxed) == 1, "the item ran other than once");
+      });
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") == nullptr && std::getenv("TEARDOWN_SCHEDULES") == nullptr) {
+    EXPECT_TRUE(result.exhausted) << "stopped after " << result.runs << " schedules";
+  }
+}
+
 // Flush tickets, with reap_on_caller taking and putting back: each flush waits for the items
 // whose enqueue returned before it was called, wherever they are.
 TEST(ScheduleTest, FlushIsABarrierBesideReapOnCaller) {
