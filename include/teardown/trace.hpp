@@ -98,6 +98,7 @@
 #include <type_traits>
 
 #include "teardown/static_key.hpp"
+#include "teardown/sync.hpp"
 
 #if defined(TEARDOWN_HAVE_SDT) || (!defined(TEARDOWN_NO_SDT) && __has_include(<sys/sdt.h>))
 #include <sys/sdt.h>
@@ -224,22 +225,35 @@ inline std::uint64_t new_domain() noexcept {
 
 namespace detail {
 
+inline void forget_in_flight_after_fork() noexcept;
+
+// Once per process (per copy of this header), from the first install: the child handler only.
+inline void register_fork_handler() {
+  static const int error = pthread_atfork(nullptr, nullptr, &forget_in_flight_after_fork);
+  if (error != 0) throw std::system_error(error, std::generic_category(), "teardown::trace: pthread_atfork failed");
+}
+
 // One per event type: its hooks, the key that gates them, and the count of emits in flight
 // that a remover waits out. Constant-initialized, so usable before main and from any handler.
-template <class Event>
+// Sync is the policy of its words, locks and waits (sync.hpp): std_sync for the public
+// functions below, the deterministic scheduler's in tests/schedule.
+template <class Event, class Sync = std_sync>
 struct hook_slot {
+  template <class W>
+  using atomic = typename Sync::template atomic<W>;
+
   static constinit inline static_key key{false};
   // Read-mostly: written by writers only.
-  static constinit inline std::array<std::atomic<hook<Event>>, max_hooks> functions{};
+  static constinit inline std::array<atomic<hook<Event>>, max_hooks> functions{};
   // Written by every hooked emit: a line of its own. The emit counts itself on the side that
   // phase names; a remover flips phase so that the side it waits on only drains.
   struct alignas(64) in_flight_counts {
-    std::array<std::atomic<std::uint64_t>, 2> count{};
-    std::atomic<std::uint32_t> phase{0};
+    std::array<atomic<std::uint64_t>, 2> count{};
+    atomic<std::uint32_t> phase{0};
   };
   static constinit inline in_flight_counts in_flight{};
-  static constinit inline std::mutex writers;  // serializes the writers: slots and key agree
-  static constinit inline std::mutex drainers;  // serializes the waits, so no two flip phase
+  static constinit inline typename Sync::mutex writers;  // serializes the writers: slots and key agree
+  static constinit inline typename Sync::mutex drainers;  // serializes the waits, so no two flip phase
 
   static void call(const Event& event) noexcept {
     // Relaxed: phase only steers which side a remover drains first; either side is counted.
@@ -251,7 +265,7 @@ struct hook_slot {
     // (remove_hook waits for us, but add_hook does not): each hook is called once per emit.
     std::array<hook<Event>, max_hooks> called{};
     std::size_t calls = 0;
-    for (std::atomic<hook<Event>>& slot : functions) {
+    for (atomic<hook<Event>>& slot : functions) {
       // seq_cst (so acquire): pairs with the release store of add_hook/set_hook, and with the
       // remover's seq_cst store of nullptr.
       const hook<Event> fn = slot.load(std::memory_order_seq_cst);
@@ -280,11 +294,76 @@ struct hook_slot {
     // acquire of the release decrements.
     for (unsigned spins = 0; in_flight.count[side].load(std::memory_order_seq_cst) != 0; ++spins) {
       if (spins < 1000) {
-        std::this_thread::yield();
+        Sync::yield();
       } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));  // a hook that blocks
+        Sync::sleep_for(std::chrono::microseconds(50));  // a hook that blocks
       }
     }
+  }
+
+  // The writers (add_hook, remove_hook, set_hook below).
+  static void add(hook<Event> fn) {
+    if (fn == nullptr) throw std::invalid_argument("teardown::trace::add_hook: the hook is nullptr");
+    const std::lock_guard lock(writers);
+    atomic<hook<Event>>* free = nullptr;
+    for (atomic<hook<Event>>& function : functions) {
+      const hook<Event> installed = function.load(std::memory_order_relaxed);  // only writers store
+      if (installed == fn) {
+        throw std::invalid_argument("teardown::trace::add_hook: this hook is already installed for the event");
+      }
+      if (installed == nullptr && free == nullptr) free = &function;
+    }
+    if (free == nullptr) {
+      throw std::length_error("teardown::trace::add_hook: the event already has max_hooks (" +
+                              std::to_string(max_hooks) + ") hooks");
+    }
+    register_fork_handler();
+    free->store(fn, std::memory_order_release);  // pairs with the acquire (seq_cst) load in call()
+    // After the store: an emit that sees the key on early finds no hook yet, and skips it.
+    key.set(true);
+  }
+
+  static bool remove(hook<Event> fn) {
+    if (fn == nullptr) return false;
+    {
+      const std::lock_guard lock(writers);
+      bool found = false;
+      bool others = false;
+      for (atomic<hook<Event>>& function : functions) {
+        const hook<Event> installed = function.load(std::memory_order_relaxed);  // only writers store
+        if (installed == fn) {
+          // seq_cst: pairs with the emit's seq_cst increment and load (see call()).
+          function.store(nullptr, std::memory_order_seq_cst);
+          found = true;
+        } else if (installed != nullptr) {
+          others = true;
+        }
+      }
+      if (!found) return false;
+      if (!others) key.set(false);
+    }
+    // Outside writers: a hook may add_hook while this waits for it.
+    drain();
+    return true;
+  }
+
+  static void replace(hook<Event> fn) {
+    bool removed = false;
+    {
+      const std::lock_guard lock(writers);
+      if (fn != nullptr) register_fork_handler();
+      // The other slots are emptied before fn lands in the first: an emit that loads fn there
+      // then sees them empty (emits load the slots in order), so it never calls fn twice.
+      for (std::size_t index = 1; index < max_hooks; ++index) {
+        // seq_cst: pairs with the emit's seq_cst increment and load (see call()).
+        removed |= functions[index].exchange(nullptr, std::memory_order_seq_cst) != nullptr;
+      }
+      // seq_cst: releases fn to the emit's acquire load, and removes the old first hook.
+      const hook<Event> old = functions[0].exchange(fn, std::memory_order_seq_cst);
+      removed |= old != nullptr && old != fn;
+      key.set(fn != nullptr);
+    }
+    if (removed) drain();
   }
 
   // In a fork child only the forking thread exists: the emits the other threads had in flight
@@ -306,11 +385,6 @@ inline void forget_in_flight_after_fork() noexcept {
   hook_slot<boost_event>::forget_in_flight();
 }
 
-// Once per process (per copy of this header), from the first install: the child handler only.
-inline void register_fork_handler() {
-  static const int error = pthread_atfork(nullptr, nullptr, &forget_in_flight_after_fork);
-  if (error != 0) throw std::system_error(error, std::generic_category(), "teardown::trace: pthread_atfork failed");
-}
 
 }  // namespace detail
 
@@ -321,25 +395,7 @@ inline void register_fork_handler() {
 /// fork handler cannot be registered). May block briefly behind another writer. Safe from a hook.
 template <event Event>
 void add_hook(hook<Event> fn) {
-  using slot = detail::hook_slot<Event>;
-  if (fn == nullptr) throw std::invalid_argument("teardown::trace::add_hook: the hook is nullptr");
-  const std::lock_guard lock(slot::writers);
-  std::atomic<hook<Event>>* free = nullptr;
-  for (std::atomic<hook<Event>>& function : slot::functions) {
-    const hook<Event> installed = function.load(std::memory_order_relaxed);  // only writers store
-    if (installed == fn) {
-      throw std::invalid_argument("teardown::trace::add_hook: this hook is already installed for the event");
-    }
-    if (installed == nullptr && free == nullptr) free = &function;
-  }
-  if (free == nullptr) {
-    throw std::length_error("teardown::trace::add_hook: the event already has max_hooks (" +
-                            std::to_string(max_hooks) + ") hooks");
-  }
-  detail::register_fork_handler();
-  free->store(fn, std::memory_order_release);  // pairs with the acquire (seq_cst) load in call()
-  // After the store: an emit that sees the key on early finds no hook yet, and skips it.
-  slot::key.set(true);
+  detail::hook_slot<Event>::add(fn);
 }
 
 /// Removes fn from Event's hooks and waits until no emit that may have loaded it is running:
@@ -347,28 +403,7 @@ void add_hook(hook<Event> fn) {
 /// not installed (nullptr included). Blocking; never from a hook or a signal handler.
 template <event Event>
 bool remove_hook(hook<Event> fn) {
-  using slot = detail::hook_slot<Event>;
-  if (fn == nullptr) return false;
-  {
-    const std::lock_guard lock(slot::writers);
-    bool found = false;
-    bool others = false;
-    for (std::atomic<hook<Event>>& function : slot::functions) {
-      const hook<Event> installed = function.load(std::memory_order_relaxed);  // only writers store
-      if (installed == fn) {
-        // seq_cst: pairs with the emit's seq_cst increment and load (see call()).
-        function.store(nullptr, std::memory_order_seq_cst);
-        found = true;
-      } else if (installed != nullptr) {
-        others = true;
-      }
-    }
-    if (!found) return false;
-    if (!others) slot::key.set(false);
-  }
-  // Outside writers: a hook may add_hook while this waits for it.
-  slot::drain();
-  return true;
+  return detail::hook_slot<Event>::remove(fn);
 }
 
 /// Replaces every hook of Event with fn (nullptr: removes them all), then waits as remove_hook
@@ -376,23 +411,7 @@ bool remove_hook(hook<Event> fn) {
 /// each at most once. Blocking; never from a hook or a signal handler.
 template <event Event>
 void set_hook(hook<Event> fn) {
-  using slot = detail::hook_slot<Event>;
-  bool removed = false;
-  {
-    const std::lock_guard lock(slot::writers);
-    if (fn != nullptr) detail::register_fork_handler();
-    // The other slots are emptied before fn lands in the first: an emit that loads fn there
-    // then sees them empty (emits load the slots in order), so it never calls fn twice.
-    for (std::size_t index = 1; index < max_hooks; ++index) {
-      // seq_cst: pairs with the emit's seq_cst increment and load (see call()).
-      removed |= slot::functions[index].exchange(nullptr, std::memory_order_seq_cst) != nullptr;
-    }
-    // seq_cst: releases fn to the emit's acquire load, and removes the old first hook.
-    const hook<Event> old = slot::functions[0].exchange(fn, std::memory_order_seq_cst);
-    removed |= old != nullptr && old != fn;
-    slot::key.set(fn != nullptr);
-  }
-  if (removed) slot::drain();
+  detail::hook_slot<Event>::replace(fn);
 }
 
 /// Removes every hook of Event and waits as remove_hook does. Blocking; never from a hook or a

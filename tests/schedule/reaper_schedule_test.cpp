@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "teardown/reaper.hpp"
 #include "teardown/reaper_pool.hpp"
 #include "teardown/sharded_llist.hpp"
+#include "teardown/trace.hpp"
 
 namespace {
 
@@ -280,6 +282,43 @@ TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
       sched::check(all[3].runs.load(std::memory_order_relaxed) == 1, "pool flush returned before item 3 was torn down");
     }
     expect_once_each(all, "after the pool's end");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// Hook add/remove beside an emit: while remove_hook(f) waits out the emit that is calling f,
+// other threads add g and f again (f may land in a later slot). The emit calls each hook at
+// most once.
+using scheduled_hooks = teardown::trace::detail::hook_slot<teardown::trace::queue_event, sched::sync>;
+std::atomic<int> f_calls{0};
+void hook_f(const teardown::trace::queue_event&) {
+  sched::sync::yield();  // a hook takes time: the writers run meanwhile
+  f_calls.fetch_add(1, std::memory_order_relaxed);
+}
+void hook_g(const teardown::trace::queue_event&) {}
+
+TEST(ScheduleTest, OneEmitCallsEachHookOnceWhileHooksComeAndGo) {
+  const auto result = sched::explore({.name = "hook add/remove", .schedules = schedules}, [] {
+    scheduled_hooks::replace(nullptr);  // every run starts with no hook
+    scheduled_hooks::add(&hook_f);
+    f_calls.store(0, std::memory_order_relaxed);
+    sched::thread emitter([] {
+      scheduled_hooks::call(teardown::trace::queue_event{});
+      const int calls = f_calls.load(std::memory_order_relaxed);
+      sched::check(calls <= 1, "one emit called the same hook " + std::to_string(calls) + " times");
+    });
+    sched::thread remover([] { (void)scheduled_hooks::remove(&hook_f); });
+    sched::thread adder([] {
+      scheduled_hooks::add(&hook_g);
+      try {
+        scheduled_hooks::add(&hook_f);
+      } catch (const std::invalid_argument&) {  // f not removed yet: still installed
+      }
+    });
+    emitter.join();
+    remover.join();
+    adder.join();
+    scheduled_hooks::replace(nullptr);
   });
   expect_explored(result, expected_runs(schedules));
 }
