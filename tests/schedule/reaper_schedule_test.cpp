@@ -29,6 +29,7 @@ struct item {
   teardown::llist_node node;
   std::atomic<int> runs{0};         // plain atomics: the test's own bookkeeping, not a point
   std::atomic<bool> enqueued{false};  // its enqueue returned
+  std::atomic<bool> taken{false};     // a recorded_queue's take took it
   int id = 0;
 };
 
@@ -282,6 +283,53 @@ TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
       sched::check(all[3].runs.load(std::memory_order_relaxed) == 1, "pool flush returned before item 3 was torn down");
     }
     expect_once_each(all, "after the pool's end");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// The stall watchdog: while the item in fn blocks, an item left on the queue behind it makes
+// stalled() true once it has waited the threshold — including an add that lands while the
+// worker takes its batch. A queue that records what each take took tells the scenario which
+// items are still queued.
+struct recorded_queue : queue {
+  teardown::llist_batch<item, &item::node> del_all() noexcept {
+    teardown::llist_batch<item, &item::node> taken = queue::del_all();
+    // A batch's iteration consumes it: the items go through a chain and a private list, which
+    // gives them back as a batch in the same order.
+    teardown::llist_chain<item, &item::node> chain;
+    while (item* x = taken.pop_front()) {
+      x->taken.store(true, std::memory_order_relaxed);
+      chain.push_back(*x);
+    }
+    teardown::llist<item, &item::node> shape;
+    (void)shape.add_batch(std::move(chain));
+    return shape.del_all();
+  }
+};
+
+TEST(ScheduleTest, StallWatchdogSeesAnItemQueuedBehindABlockedOne) {
+  const auto result = sched::explore({.name = "stall watchdog", .schedules = schedules}, [] {
+    std::vector<item> all = items(3);
+    struct block_first {
+      void operator()(item& x) const noexcept {
+        if (x.id == 0) sched::sync::sleep_for(std::chrono::milliseconds(500));
+        x.runs.fetch_add(1, std::memory_order_relaxed);
+      }
+    };
+    teardown::reaper<item, &item::node, block_first, recorded_queue> reaper(
+        block_first{}, quiet({.stall_threshold = std::chrono::milliseconds(2)}));
+    reaper.enqueue(all[0]);
+    all[0].enqueued.store(true, std::memory_order_relaxed);
+    {
+      sched::thread producer([&] { enqueue_each(reaper, all, 1, 3); });
+    }
+    sched::sync::sleep_for(std::chrono::milliseconds(100));  // item 0 still blocks (500 ms)
+    // Every enqueue has returned: an item no take has taken is on the queue.
+    bool queued = false;
+    for (const item& x : all) queued = queued || !x.taken.load(std::memory_order_relaxed);
+    if (queued) sched::check(reaper.stalled(), "an item queued for 100 ms behind a blocked one, and stalled() is false");
+    reaper.flush();
+    expect_once_each(all, "after flush");
   });
   expect_explored(result, expected_runs(schedules));
 }
