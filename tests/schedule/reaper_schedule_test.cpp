@@ -3,11 +3,14 @@
 // the thread that runs. Each test explores one protocol and asserts what its header promises;
 // a failure prints the schedule's name (TEARDOWN_SCHEDULE_REPLAY=<name> replays it).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <cstdint>
@@ -330,6 +333,51 @@ TEST(ScheduleTest, StallWatchdogSeesAnItemQueuedBehindABlockedOne) {
     if (queued) sched::check(reaper.stalled(), "an item queued for 100 ms behind a blocked one, and stalled() is false");
     reaper.flush();
     expect_once_each(all, "after flush");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// Fork parking (fork_policy::wait_for_item): fork() parks the workers between items across the
+// fork while fn calls a reaper's nice() (allowed from fn) and a producer enqueues. Nothing
+// deadlocks; the child (which exits at once) runs without the scheduler; in the parent
+// everything runs once.
+TEST(ScheduleTest, ForkParksTheWorkerWhileFnCallsNice) {
+  if (!sched::detail::fork_safe()) GTEST_SKIP() << "madvise(MADV_WIPEONFORK) refused: a child would run under the scheduler";
+  const auto result = sched::explore({.name = "fork parking", .schedules = schedules}, [] {
+    std::vector<item> all = items(3);
+    struct calls_nice {
+      const std::function<int()>* nice;
+      void operator()(item& x) const noexcept {
+        (void)(*nice)();
+        sched::sync::yield();
+        x.runs.fetch_add(1, std::memory_order_relaxed);
+      }
+    };
+    // Two reapers, each fn calling the other's nice(): the registry parks them one after the
+    // other, so one worker may still be in fn while the other's control mutex is held.
+    std::function<int()> nice_of_first, nice_of_second;
+    using nice_reaper = teardown::reaper<item, &item::node, calls_nice, queue>;
+    const teardown::reaper_options parks = quiet({.on_fork = teardown::fork_policy::wait_for_item});
+    nice_reaper first(calls_nice{&nice_of_second}, parks);
+    nice_reaper second(calls_nice{&nice_of_first}, parks);
+    nice_of_first = [&] { return first.nice(); };
+    nice_of_second = [&] { return second.nice(); };
+    enqueue_each(first, all, 0, 1);
+    sched::thread producer([&] {
+      enqueue_each(second, all, 1, 2);
+      enqueue_each(first, all, 2, 3);
+    });
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    sched::check(child > 0, "fork failed");
+    if (child > 0) {
+      int status = 0;
+      sched::check(waitpid(child, &status, 0) == child && WIFEXITED(status), "the child did not exit cleanly");
+    }
+    producer.join();
+    first.flush();
+    second.flush();
+    expect_once_each(all, "after the fork and a flush");
   });
   expect_explored(result, expected_runs(schedules));
 }

@@ -44,6 +44,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #if defined(__linux__)
@@ -61,6 +62,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <random>
 #include <semaphore>
@@ -381,7 +383,23 @@ class scheduler {
   std::string name_;
 };
 
-inline std::atomic<scheduler*> active{nullptr};
+// The active scheduler lives in a page that a fork child sees zeroed (MADV_WIPEONFORK): there
+// the forking thread is alone, so from the first fork handler on every primitive is the real
+// one, as in a free run. Null if the kernel refuses the advice (fork_safe() says so).
+struct active_page {
+  std::atomic<scheduler*>* slot = nullptr;
+  bool wiped_on_fork = false;
+  active_page() {
+    void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) std::abort();
+    wiped_on_fork = madvise(page, 4096, MADV_WIPEONFORK) == 0;
+    slot = new (page) std::atomic<scheduler*>(nullptr);
+  }
+};
+inline active_page active_storage;
+inline std::atomic<scheduler*>& active = *active_storage.slot;
+/// True if a scenario may fork: the child then runs without the scheduler.
+inline bool fork_safe() { return active_storage.wiped_on_fork; }
 inline thread_local int self = -1;  // this thread's index under the active scheduler; -1: none
 
 // The active scheduler if the calling thread runs under it (and not freely), else nullptr.
