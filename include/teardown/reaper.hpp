@@ -120,7 +120,9 @@
 // declares del_all_oldest_first() (del_all_sweep_oldest_first() for a sweep) in the same class
 // as its del_all (del_all_sweep), with that: sharded_llist's, which costs one walk where the
 // join and the reversal are two. A queue that wraps del_all in a derived class keeps having its
-// del_all called (detail::take_queue).
+// del_all called (detail::take_queue). When the queue's Atomics policy is also a Sync policy
+// (sync.hpp), the worker's own words, locks, waits, clock and thread use it too: that is how
+// tests/schedule runs this protocol under a deterministic scheduler. Otherwise std_sync.
 //
 // In a pool (reaper_pool.hpp) a worker has three more steps, all on the worker and all off for
 // a reaper on its own (whose per-item path is unchanged). (1) When its own queue is empty it
