@@ -514,6 +514,21 @@ class async_teardown {
     return result;
   }
 
+  /// Driven mode (opts.reaper.driven; one_reaper only): reaper::run and reaper::work_fd. A
+  /// compiled-out composition queues nothing: run does nothing and work_fd is -1.
+  drive_result run(drive_limits limits = {})
+    requires std::same_as<Workers, one_reaper>
+  {
+    if constexpr (compiled_out) return {};
+    else return reaper_->run(limits);
+  }
+  int work_fd() const noexcept
+    requires std::same_as<Workers, one_reaper>
+  {
+    if constexpr (compiled_out) return -1;
+    else return reaper_->work_fd();
+  }
+
   /// Blocks until everything queued before the call (to any worker) is torn down.
   void flush() {
     if constexpr (!compiled_out) reaper_->flush();
