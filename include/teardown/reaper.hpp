@@ -1814,16 +1814,18 @@ class reaper final : private detail::fork_participant {
   // for every reap_on_caller in progress; a put-back meanwhile means one more round. A freeze
   // parks it (holding nothing) until thaw or the deadline.
   bool drive_flush(typename clock_type::time_point deadline) {
-    std::unique_lock drive(drive_mutex_, std::defer_lock);
-    if constexpr (!planted_flush_skips_drive_lock) {
-      if (!lock_before(drive, deadline)) return false;
+    if constexpr (planted_flush_skips_drive_lock) {
+      for (T& item : take_queue(/*sweep=*/true, /*oldest_first=*/true)) tear_down(item, /*on_worker=*/true);
+      return true;
     }
+    std::unique_lock drive(drive_mutex_, std::defer_lock);
+    if (!lock_before(drive, deadline)) return false;
     std::uint64_t put_backs = 0;
     {
       std::unique_lock lock(control_mutex_);
       if (state_.load(std::memory_order_relaxed) & stopped_bit) {  // stop has drained (it held the drive lock)
         lock.unlock();
-        if (drive.owns_lock()) drive.unlock();
+        drive.unlock();
         return settle_after_stop(deadline);
       }
       driving_ = true;
@@ -1901,7 +1903,8 @@ class reaper final : private detail::fork_participant {
   }
 
   // A bug planted for tests/schedule (a Sync policy that declares it): a driven flush that
-  // does not take the drive lock, so it can return while another caller's run is in fn.
+  // does not take the drive lock, draining only the queue, so it can return while another
+  // caller's run is in fn or holds the rest of its batch.
   static constexpr bool planted_flush_skips_drive_lock = [] {
     if constexpr (requires { sync_ops::planted_flush_skips_drive_lock; }) {
       return sync_ops::planted_flush_skips_drive_lock;
