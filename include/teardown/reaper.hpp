@@ -49,7 +49,14 @@
 //   nice, set_nice,      any thread, fn included (this reaper's or another's); take a mutex of
 //   boost                their own briefly, never the control mutex, so a fork() that parks the
 //                        worker never waits for them.
-//   constructor, flush, freeze, thaw, stop, reap_on_caller, destructor: not async-signal-safe.
+//   run                  driven only; any thread, several at once (they take turns: the drive
+//                        lock), never from fn. Blocking: tears down on the caller.
+//   work_fd              any thread; wait-free. Poll it; never close it.
+//   drive_handle         any thread, after the reaper's end too (then it does nothing).
+//   on_work              called by an enqueue (or a run, thaw, put-back) on that thread: must be
+//                        cheap and must not call the reaper but later, through the handle.
+//   constructor, flush, freeze, thaw, stop, reap_on_caller, run, destructor: not
+//   async-signal-safe (with on_work, neither is enqueue beyond what on_work is).
 //
 // Signals. The worker blocks every signal sent to the process from its first instruction (all
 // but SIGKILL, SIGSTOP, the C library's internal ones and the synchronous fault signals), as
@@ -163,6 +170,27 @@
 // than putting them back where a newer hand could take them). Over a sharded queue the pass that completes a
 // ticket sweeps every shard, not only the flagged ones: an adder preempted between its push
 // and its flag must not hide an item that another adder on its shard already flushed.
+//
+// Driven mode (reaper_options::driven): no thread of ours; the program runs the teardowns on
+// its own thread (an event loop, an executor) with run(limits), at most limits.items items and
+// no new one after limits.time, at least one if any is queued. Where a worker would be woken —
+// the enqueue that makes the queue non-empty, counted in stats().wakeups — work_fd() (an
+// eventfd) becomes readable and on_work(handle) is called; a run reads work_fd before it takes
+// the queue (an add after the take finds the queue empty and signals again, so no signal is
+// lost), keeps the rest of its batch for the next run, and signals again when it leaves work
+// (drive_result::more). Runs, a driven flush and stop hold the drive lock while they tear down,
+// so each taken item has one owner, as the worker's batch does. The rest is as with a worker:
+// flush tears down, on its caller, what was queued or held when it took the drive lock and
+// waits out reap_on_caller as "The barrier" says; freeze makes a run return between items
+// (a frozen run does nothing) and a waiting flush park, with the rest of the batch handed back
+// to the queue; thaw signals again; stop and the destructor tear down everything on the caller,
+// and later enqueues tear down inline; after_batch runs on the thread that finished a batch;
+// the stall clock is the queue's (the rest a run keeps is held, as a worker's batch is).
+// hurry() returns false and set_nice applies nothing (no thread). A drive_handle outlives the
+// reaper harmlessly: the destructor nulls the handles' shared gate under its mutex (waiting
+// for a handle's run in progress), and a later h(limits) does nothing. In a fork child the
+// drive lock is started over (its holder does not exist there) and a run's held rest is the
+// parent's, forgotten unread as a worker's batch is.
 //
 // Fork. By default (fork_policy::never_wait) fork() waits for nothing of the worker's: no
 // handler takes a lock the worker may hold or waits for it to reach a point between items, so
