@@ -516,15 +516,16 @@ class async_teardown {
 
   /// Driven mode (opts.reaper.driven; one_reaper only): reaper::run and reaper::work_fd. A
   /// compiled-out composition queues nothing: run does nothing and work_fd is -1.
-  drive_result run(drive_limits limits = {})
-    requires std::same_as<Workers, one_reaper>
-  {
+  // Member templates, so that an explicit instantiation over a pool does not reach them.
+  template <class W = Workers>
+    requires std::same_as<W, one_reaper>
+  drive_result run(drive_limits limits = {}) {
     if constexpr (compiled_out) return {};
     else return reaper_->run(limits);
   }
-  int work_fd() const noexcept
-    requires std::same_as<Workers, one_reaper>
-  {
+  template <class W = Workers>
+    requires std::same_as<W, one_reaper>
+  int work_fd() const noexcept {
     if constexpr (compiled_out) return -1;
     else return reaper_->work_fd();
   }
