@@ -3,6 +3,8 @@
 // their meaning.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <latch>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -354,6 +357,79 @@ TEST(DrivenTest, DeferredDomainCountsWhatItsRunsFree) {
   EXPECT_EQ(s.reaped, 4u);
   EXPECT_EQ(s.pending_bytes, 0u);
   EXPECT_FALSE(domain.reaper_statistics().running);
+}
+
+struct unit_traits {
+  std::uint64_t cost(const item&) const { return 1; }
+  bool eligible(const item&, std::uint64_t) const { return true; }
+  void prepare(item&) const {}
+  void destroy(item& x) const { x.runs.fetch_add(1); }
+  std::uint64_t& charge(item&) { return charged; }
+  std::uint64_t charged = 0;
+};
+
+// run and work_fd are for one reaper: a pool's workers are threads.
+template <class Async>
+concept drivable = requires(Async& async) {
+  async.run();
+  async.work_fd();
+};
+static_assert(drivable<teardown::async_teardown<item, &item::node, unit_traits>>);
+static_assert(!drivable<teardown::async_teardown<item, &item::node, unit_traits, teardown::static_key,
+                                                 teardown::reaper_pool_workers>>);
+
+TEST(DrivenTest, AsyncTeardownCountsWhatItsRunsTearDown) {
+  teardown::async_teardown_options opts;
+  opts.reaper.driven = true;
+  teardown::async_teardown<item, &item::node, unit_traits> async(opts);
+  std::vector<item> all(3);
+  for (item& x : all) EXPECT_EQ(async.put(x), teardown::decision::queued);
+  EXPECT_EQ(async.stats().pending, 3u);
+  EXPECT_EQ(async.run({.items = 2}).items, 2u);
+  EXPECT_EQ(async.stats().reaped, 2u);
+  async.flush();
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.queued, 3u);
+  EXPECT_EQ(s.reaped, 3u);
+  EXPECT_EQ(s.pending, 0u);
+  expect_once_each(all);
+}
+
+// A fork while another thread is inside run (holding the drive lock): the child's flush,
+// enqueue and destructor must not wait for that thread, which does not exist there.
+TEST(DrivenTest, ForkChildNeverWaitsForTheDriveLock) {
+  std::latch inside(1), release(1);
+  using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
+  bool blocked_once = false;
+  fn_reaper reaper(
+      [&](item& x) {
+        x.runs.fetch_add(1);
+        if (!std::exchange(blocked_once, true)) {
+          inside.count_down();
+          release.wait();
+        }
+      },
+      driven());
+  std::vector<item> all(2);
+  for (item& x : all) reaper.enqueue(x);
+  std::thread driver([&] { (void)reaper.run(); });
+  inside.wait();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    item late;
+    reaper.flush();
+    reaper.enqueue(late);  // the child's stopped form: inline
+    reaper.stop();
+    ::_exit(late.runs.load() == 1 ? 0 : 3);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  release.count_down();
+  driver.join();
+  reaper.flush();
+  expect_once_each(all);
 }
 
 }  // namespace
