@@ -378,6 +378,17 @@ static_assert(drivable<teardown::async_teardown<item, &item::node, unit_traits>>
 static_assert(!drivable<teardown::async_teardown<item, &item::node, unit_traits, teardown::static_key,
                                                  teardown::reaper_pool_workers>>);
 
+TEST(DrivenTest, APoolRefusesDrivenWorkers) {
+  teardown::async_teardown_options opts;
+  opts.reaper.driven = true;
+  opts.pool.workers = 2;
+  const std::size_t before = thread_count();
+  using pooled = teardown::async_teardown<item, &item::node, unit_traits, teardown::static_key,
+                                          teardown::reaper_pool_workers>;
+  EXPECT_THROW(pooled{opts}, std::invalid_argument);
+  EXPECT_EQ(thread_count(), before);
+}
+
 TEST(DrivenTest, AsyncTeardownCountsWhatItsRunsTearDown) {
   teardown::async_teardown_options opts;
   opts.reaper.driven = true;
