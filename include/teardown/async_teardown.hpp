@@ -514,6 +514,22 @@ class async_teardown {
     return result;
   }
 
+  /// Driven mode (opts.reaper.driven; one_reaper only): reaper::run and reaper::work_fd. A
+  /// compiled-out composition queues nothing: run does nothing and work_fd is -1.
+  // Member templates, so that an explicit instantiation over a pool does not reach them.
+  template <class W = Workers>
+    requires std::same_as<W, one_reaper>
+  drive_result run(drive_limits limits = {}) {
+    if constexpr (compiled_out) return {};
+    else return reaper_->run(limits);
+  }
+  template <class W = Workers>
+    requires std::same_as<W, one_reaper>
+  int work_fd() const noexcept {
+    if constexpr (compiled_out) return -1;
+    else return reaper_->work_fd();
+  }
+
   /// Blocks until everything queued before the call (to any worker) is torn down.
   void flush() {
     if constexpr (!compiled_out) reaper_->flush();

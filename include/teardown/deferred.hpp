@@ -464,6 +464,10 @@ class deferred_domain {
   }
 
   /// Blocks until everything handed over before the call is freed.
+  /// Driven mode (opts.reaper.driven): the reaper's run and work_fd (reaper.hpp, "Driven mode").
+  drive_result run(drive_limits limits = {}) { return async_.run(limits); }
+  int work_fd() const noexcept { return async_.work_fd(); }
+
   void flush() { async_.flush(); }
   /// flush() with a time limit: true if it completed in time.
   template <class Rep, class Period>

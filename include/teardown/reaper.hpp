@@ -49,7 +49,14 @@
 //   nice, set_nice,      any thread, fn included (this reaper's or another's); take a mutex of
 //   boost                their own briefly, never the control mutex, so a fork() that parks the
 //                        worker never waits for them.
-//   constructor, flush, freeze, thaw, stop, reap_on_caller, destructor: not async-signal-safe.
+//   run                  driven only; any thread, several at once (they take turns: the drive
+//                        lock), never from fn. Blocking: tears down on the caller.
+//   work_fd              any thread; wait-free. Poll it; never close it.
+//   drive_handle         any thread, after the reaper's end too (then it does nothing).
+//   on_work              called by an enqueue (or a run, thaw, put-back) on that thread: must be
+//                        cheap and must not call the reaper but later, through the handle.
+//   constructor, flush, freeze, thaw, stop, reap_on_caller, run, destructor: not
+//   async-signal-safe (with on_work, neither is enqueue beyond what on_work is).
 //
 // Signals. The worker blocks every signal sent to the process from its first instruction (all
 // but SIGKILL, SIGSTOP, the C library's internal ones and the synchronous fault signals), as
@@ -164,6 +171,27 @@
 // ticket sweeps every shard, not only the flagged ones: an adder preempted between its push
 // and its flag must not hide an item that another adder on its shard already flushed.
 //
+// Driven mode (reaper_options::driven): no thread of ours; the program runs the teardowns on
+// its own thread (an event loop, an executor) with run(limits), at most limits.items items and
+// no new one after limits.time, at least one if any is queued. Where a worker would be woken —
+// the enqueue that makes the queue non-empty, counted in stats().wakeups — work_fd() (an
+// eventfd) becomes readable and on_work(handle) is called; a run reads work_fd before it takes
+// the queue (an add after the take finds the queue empty and signals again, so no signal is
+// lost), keeps the rest of its batch for the next run, and signals again when it leaves work
+// (drive_result::more). Runs, a driven flush and stop hold the drive lock while they tear down,
+// so each taken item has one owner, as the worker's batch does. The rest is as with a worker:
+// flush tears down, on its caller, what was queued or held when it took the drive lock and
+// waits out reap_on_caller as "The barrier" says; freeze makes a run return between items
+// (a frozen run does nothing) and a waiting flush park, with the rest of the batch handed back
+// to the queue; thaw signals again; stop and the destructor tear down everything on the caller,
+// and later enqueues tear down inline; after_batch runs on the thread that finished a batch;
+// the stall clock is the queue's (the rest a run keeps is held, as a worker's batch is).
+// hurry() returns false and set_nice applies nothing (no thread). A drive_handle outlives the
+// reaper harmlessly: the destructor nulls the handles' shared gate under its mutex (waiting
+// for a handle's run in progress), and a later h(limits) does nothing. In a fork child the
+// drive lock is started over (its holder does not exist there) and a run's held rest is the
+// parent's, forgotten unread as a worker's batch is.
+//
 // Fork. By default (fork_policy::never_wait) fork() waits for nothing of the worker's: no
 // handler takes a lock the worker may hold or waits for it to reach a point between items, so
 // a fork costs what it would without a reaper, however starved the worker or long the item in
@@ -188,6 +216,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -209,6 +238,8 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -242,11 +273,74 @@ enum class fork_policy {
                   // child tears down the rest of the batch too
 };
 
+/// How much one driven run (reaper::run) may do: at most `items` teardowns, and no new one
+/// once `time` has passed since the run began (the one in progress is never cut short).
+struct drive_limits {
+  std::size_t items = std::numeric_limits<std::size_t>::max();
+  std::chrono::nanoseconds time = std::chrono::nanoseconds::max();
+};
+
+/// What a driven run did: `items` torn down; `more`: work is left (the run signalled it again).
+struct drive_result {
+  std::size_t items = 0;
+  bool more = false;
+};
+
+namespace detail {
+// Shared by a driven reaper and its drive_handles: the destructor nulls `reaper` under `mutex`,
+// so a handle that runs later finds nothing to run.
+struct drive_gate {
+  std::mutex mutex;
+  void* reaper = nullptr;
+  drive_result (*run)(void* reaper, drive_limits limits) = nullptr;
+};
+inline thread_local const drive_gate* gate_here = nullptr;  // the gate whose run this thread is in
+}  // namespace detail
+
+/// A driven reaper's run, callable later from anywhere (an executor's task): h(limits) runs
+/// reaper::run(limits) if the reaper still exists and does nothing (returns {}) once it has
+/// been destroyed. Copyable; thread-safe; may block (it runs teardowns, and a destructor waits
+/// for a run that a handle is in). Calling it from inside its own run throws std::logic_error.
+class drive_handle {
+ public:
+  drive_handle() = default;
+  drive_result operator()(drive_limits limits = {}) const {
+    if (!gate_) return {};
+    if (detail::gate_here == gate_.get()) {
+      throw std::logic_error("teardown::drive_handle: called from inside its own reaper's run");
+    }
+    const std::lock_guard lock(gate_->mutex);
+    if (gate_->reaper == nullptr) return {};
+    const struct here_scope {
+      const detail::drive_gate* previous;
+      explicit here_scope(const detail::drive_gate* gate) noexcept : previous(std::exchange(detail::gate_here, gate)) {}
+      ~here_scope() { detail::gate_here = previous; }
+    } here(gate_.get());
+    return gate_->run(gate_->reaper, limits);
+  }
+  explicit drive_handle(std::shared_ptr<detail::drive_gate> gate) noexcept : gate_(std::move(gate)) {}
+
+ private:
+  std::shared_ptr<detail::drive_gate> gate_;
+};
+
+/// An on_work callable that posts a run to `executor` (anything with post(callable), which
+/// must outlive the reaper's last signal): `executor.post([h, limits] { h(limits); })`.
+template <class Executor>
+auto post_to(Executor& executor, drive_limits limits = {}) {
+  return [target = &executor, limits](drive_handle handle) {
+    target->post([handle, limits] { (void)handle(limits); });
+  };
+}
+
 /// Checked by the constructor before any thread starts: a nice or boost_nice value outside
 /// [-20, 19], a negative CPU, stall_threshold, yield_after, poll_interval, poll_interval_max or
 /// boost_after, a poll_interval_max without a poll_interval or below it, a policy, order or
 /// on_fork that is not one of the enum's values, or a name holding a NUL byte is refused with
-/// std::invalid_argument naming the field.
+/// std::invalid_argument naming the field. With driven, so is every option that only a thread
+/// of ours could honour: poll_interval, poll_interval_max, cpus, policy, boost_nice, yield_after
+/// and on_fork = wait_for_item; on_work without driven is refused too. (name and nice are kept
+/// but name no thread: nice() reports the value.)
 struct reaper_options {
   std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
   int nice = 19;                                     // applied to the worker thread; [-20, 19]
@@ -278,7 +372,15 @@ struct reaper_options {
                                          // a backlog the worker finds itself)
   std::uint64_t trace_domain = 0;        // carried by the worker's boost trace events
   std::function<void()> after_batch{};   // called on the worker after each batch it ran (never
-                                         // on a caller); an exception goes to on_error
+                                         // on a caller; driven: on the thread whose run or
+                                         // flush finished the batch); an exception goes to on_error
+  bool driven = false;                   // no thread of ours: the program runs the teardowns
+                                         // with run() (see "Driven mode")
+  // Driven only: called when work becomes runnable (the enqueue that makes the queue non-empty,
+  // a run that leaves work behind, a thaw), on that thread, enqueue included. It must be cheap
+  // and must not call the reaper, except later through the handle (post it somewhere).
+  // An exception goes to on_error.
+  std::function<void(drive_handle)> on_work{};
 };
 
 /// Setup steps the worker could not apply: reported in reaper_stats, never fatal.
@@ -446,6 +548,17 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
     refuse("boost_after is negative (" + std::to_string(opts.boost_after.count()) + " ns); 0 means never boost");
   }
   if (opts.name.find('\0') != std::string::npos) refuse("name holds a NUL byte");
+  if (opts.on_work && !opts.driven) refuse("on_work is set without driven; only a driven reaper signals work");
+  if (opts.driven) {
+    const auto no_thread = [&](const char* what) { refuse(std::string(what) + " is set with driven; no thread of ours runs"); };
+    if (opts.poll_interval.count() != 0) no_thread("poll_interval");
+    if (opts.poll_interval_max.count() != 0) no_thread("poll_interval_max");
+    if (!opts.cpus.empty()) no_thread("cpus");
+    if (opts.policy != sched_policy::other) no_thread("policy");
+    if (opts.boost_nice) no_thread("boost_nice");
+    if (opts.yield_after.count() != 0) no_thread("yield_after");
+    if (opts.on_fork != fork_policy::never_wait) no_thread("on_fork");
+  }
   return opts;
 }
 
@@ -522,6 +635,16 @@ class reaper final : private detail::fork_participant {
   // reaper_pool's constructor: a worker wired to its pool.
   reaper(Fn fn, reaper_options opts, pool_link link)
       : fn_(std::move(fn)), opts_(detail::validated_reaper_options(std::move(opts), "teardown::reaper")), link_(link) {
+    if (opts_.driven) {
+      if (link_.pool != nullptr) throw std::invalid_argument("teardown::reaper_pool: worker.driven: a pool's workers are threads");
+      work_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (work_fd_ < 0) throw std::system_error(errno, std::generic_category(), "teardown::reaper: cannot create work_fd");
+      gate_ = std::make_shared<detail::drive_gate>();
+      gate_->reaper = this;
+      gate_->run = [](void* self, drive_limits limits) { return static_cast<reaper*>(self)->run(limits); };
+      detail::fork_registry::instance().add(this);
+      return;  // no thread: the program drives (see "Driven mode")
+    }
     {
       const std::lock_guard lock(control_mutex_);
       worker_running_ = true;
@@ -552,8 +675,18 @@ class reaper final : private detail::fork_participant {
           "teardown::reaper::~reaper: the reaper is destroyed from take or fn inside its own reap_on_caller; the "
           "call would go on using the freed reaper. Destroy it after reap_on_caller returns.\n");
     }
+    if (driving_here_ == this) {
+      detail::fatal_misuse(
+          "teardown::reaper::~reaper: the reaper is destroyed from fn inside its own run or flush; the call would "
+          "go on using the freed reaper. Destroy it after run returns.\n");
+    }
+    if (gate_) {
+      const std::lock_guard lock(gate_->mutex);  // waits for a handle's run in progress
+      gate_->reaper = nullptr;
+    }
     stop();
     detail::fork_registry::instance().remove(this);
+    if (work_fd_ >= 0) ::close(work_fd_);
   }
 
   /// Lock-free; see the header comment. fn's exceptions on the inline path go to on_error.
@@ -633,6 +766,8 @@ class reaper final : private detail::fork_participant {
     const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
     if (previous & stopped_bit) {
       drain_inline_counted();  // the worker is gone and may not have seen this item
+    } else if (opts_.driven) {
+      signal_work();
     } else if ((previous & sleeping_bit) && poll_ns_ == 0) {
       wakeups_.fetch_add(1, std::memory_order_relaxed);
       sync_ops::futex_wake_one(state_);
@@ -653,6 +788,20 @@ class reaper final : private detail::fork_participant {
     std::unique_lock lock(control_mutex_);
     ++freeze_depth_;
     request_locked();
+    if (opts_.driven) {
+      control_changed_.wait(lock, [&] { return !driving_ || driver_parked_ || stop_requested_; });
+      lock.unlock();
+      // Between runs the rest of a batch is held: hand it back, so reap_on_caller reaches it. A
+      // drive lock taken by someone else is a run that hands it back itself when it sees the freeze.
+      if (drive_mutex_.try_lock()) {
+        lock.lock();
+        if (freeze_depth_ > 0 && !stop_requested_) (void)hand_back_in_flight();
+        handed_back_ = false;
+        lock.unlock();
+        drive_mutex_.unlock();
+      }
+      return;
+    }
     lock.unlock();
     kick();
     lock.lock();
@@ -665,6 +814,11 @@ class reaper final : private detail::fork_participant {
     if (freeze_depth_ == 0) throw std::logic_error("teardown::reaper::thaw: the reaper is not frozen");
     --freeze_depth_;
     control_changed_.notify_all();
+    // A frozen run did nothing and a freeze handed the rest back: say again that work waits.
+    if (opts_.driven && freeze_depth_ == 0 && !stop_requested_ && !queue_.empty()) {
+      lock.unlock();
+      signal_work();
+    }
   }
 
   /// Drains everything queued, then joins the worker; afterwards enqueue runs fn inline.
@@ -672,6 +826,10 @@ class reaper final : private detail::fork_participant {
   /// (stop_for bounds the wait). Refused (std::logic_error) on the worker itself.
   void stop() {
     refuse_on_worker("stop");
+    if (opts_.driven) {
+      (void)drive_stop(clock_type::time_point::max());
+      return;
+    }
     request_stop();
     (void)await_stop(clock_type::time_point::max());
   }
@@ -688,6 +846,7 @@ class reaper final : private detail::fork_participant {
   template <class Rep, class Period>
   bool stop_for(std::chrono::duration<Rep, Period> timeout) {
     refuse_on_worker("stop_for");
+    if (opts_.driven) return drive_stop(detail::deadline_after<clock_type>(timeout));
     request_stop();
     return await_stop(detail::deadline_after<clock_type>(timeout));
   }
@@ -711,6 +870,7 @@ class reaper final : private detail::fork_participant {
     const std::lock_guard lock(nice_mutex_);
     nice_ = value;
     boosted_.store(false, std::memory_order_relaxed);  // under nice_mutex_
+    if (opts_.driven) return false;  // no thread of ours to apply it to
     return worker_tid_ == 0 || setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), value) == 0;
   }
 
@@ -726,15 +886,35 @@ class reaper final : private detail::fork_participant {
   /// sleeping worker (counted in stats().hurries). Any thread, fn and signal handlers
   /// included; lock-free, one futex wake at most.
   bool hurry() noexcept {
+    if (opts_.driven) return false;  // no thread to wake: work_fd / on_work already said so
     if (!(kick() & sleeping_bit)) return false;
     hurries_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 
+  /// Driven only: tears down, on the calling thread, what is queued, within `limits` (at least
+  /// one item when one is queued and limits.items > 0); the rest of a batch it took waits for the
+  /// next run. Consumes work_fd's signal and signals again when it leaves work (`more`). A
+  /// frozen or stopped reaper's run does nothing. Runs, driven flushes and stop exclude each
+  /// other (the drive lock), so concurrent callers never tear one item down twice.
+  /// std::logic_error if not driven, or from fn inside this reaper's run, flush or reap_on_caller.
+  /// Blocking: runs the teardowns, and waits for another caller's run in progress.
+  drive_result run(drive_limits limits = {}) {
+    if (!opts_.driven) throw std::logic_error("teardown::reaper::run: the reaper is not driven (reaper_options::driven)");
+    refuse_on_worker("run");
+    const std::lock_guard drive(drive_mutex_);
+    return run_locked(limits);
+  }
+
+  /// Driven: an eventfd (EFD_NONBLOCK | EFD_CLOEXEC), readable while run() has work to do
+  /// (signalled by the enqueue that makes the queue non-empty, a run that leaves work, a thaw;
+  /// read by run). Owned by the reaper: poll it, never close it. -1 when not driven. Wait-free.
+  int work_fd() const noexcept { return work_fd_; }
+
   /// True when called from this reaper's own callback: fn on its worker, or take or fn inside
   /// a reap_on_caller on this thread — where flush, freeze and stop are refused and destroying
   /// the reaper aborts. Wait-free.
-  bool in_own_callback() const noexcept { return on_worker() || reaping_here_ == this; }
+  bool in_own_callback() const noexcept { return on_worker() || reaping_here_ == this || driving_here_ == this; }
 
   /// Tears queued items down on the calling thread (a pressure valve: RFC open question 1).
   /// Every item the worker has not taken yet is offered, oldest first, to `take(T&)` (which
@@ -822,7 +1002,7 @@ class reaper final : private detail::fork_participant {
     s.worker_cpu_ns = worker_cpu_ns();
     s.longest_wait_ns = longest_wait_ns_.load(std::memory_order_relaxed);
     s.setup_warnings = setup_warnings_.load(std::memory_order_relaxed);
-    s.running = (state_.load(std::memory_order_relaxed) & stopped_bit) == 0;
+    s.running = !opts_.driven && (state_.load(std::memory_order_relaxed) & stopped_bit) == 0;
     s.stolen = stolen_.load(std::memory_order_relaxed);
     s.yields = yields_.load(std::memory_order_relaxed);
     s.polls = polls_.load(std::memory_order_relaxed);
@@ -1309,7 +1489,9 @@ class reaper final : private detail::fork_participant {
     }
     const bool requeued = !declined.empty();
     if (requeued) {
-      if (queue_.add_batch(std::move(declined))) oldest_enqueue_ns_.store(sync_ops::now_ns(), std::memory_order_relaxed);
+      const bool first = queue_.add_batch(std::move(declined));
+      if (first) oldest_enqueue_ns_.store(sync_ops::now_ns(), std::memory_order_relaxed);
+      if (first && opts_.driven && !(state_.load(std::memory_order_relaxed) & stopped_bit)) signal_work();
       // An RMW, not a load: like enqueue's kick, it is ordered against the worker's STOPPED
       // exchange, so either the worker's final drain sees the items put back or this sees
       // STOPPED and tears them down here, still inside this call's hand.
@@ -1478,6 +1660,7 @@ class reaper final : private detail::fork_participant {
 
   bool flush_until(typename clock_type::time_point deadline) {
     refuse_on_worker("flush");
+    if (opts_.driven) return drive_flush(deadline);
     return await_flush(request_flush(), deadline);
   }
 
@@ -1538,7 +1721,225 @@ class reaper final : private detail::fork_participant {
       throw std::logic_error(std::string("teardown::reaper::") + operation +
                              ": called from take or fn inside reap_on_caller; it would wait for itself");
     }
+    if (driving_here_ == this) {
+      throw std::logic_error(std::string("teardown::reaper::") + operation +
+                             ": called from fn inside the reaper's own run or flush; it would wait for itself");
+    }
   }
+
+  // ---- driven mode --------------------------------------------------------------------------
+
+  // Tells the program that run() has work: work_fd, then on_work. Counted in wakeups.
+  void signal_work() noexcept {
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t one = 1;
+    (void)!::write(work_fd_, &one, sizeof one);  // EAGAIN only with the counter near 2^64: still readable
+    if (opts_.on_work) {
+      try {
+        opts_.on_work(drive_handle(gate_));
+      } catch (...) {
+        report_error();
+      }
+    }
+  }
+
+  // Under the drive lock: take the queue into in_flight_ as the worker's pass does.
+  void take_driven(bool sweep) noexcept {
+    take_from_queue(sweep);
+    if (in_flight_.empty()) return;
+    batches_.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t since = std::exchange(batch_since_ns_, 0);
+    const std::uint64_t now = since != 0 ? sync_ops::now_ns() : 0;
+    if (since != 0 && now > since && now - since > longest_wait_ns_.load(std::memory_order_relaxed)) {
+      longest_wait_ns_.store(now - since, std::memory_order_relaxed);  // written under the drive lock only
+    }
+  }
+
+  // Under the drive lock: one item of in_flight_, and the after-batch hook when it was the last.
+  void run_one_driven() noexcept {
+    T* item = in_flight_.pop_front();
+    tear_down(*item, /*on_worker=*/true);
+    if (in_flight_.empty() && opts_.after_batch) call_after_batch();
+  }
+
+  // Under the drive lock, between items: true if a freeze holds the driver (the rest of its
+  // batch is then back on the queue, where reap_on_caller reaches it). With wait, parks until
+  // thaw, stop or `deadline` instead (false at the deadline: `expired`).
+  bool driven_frozen(bool wait, typename clock_type::time_point deadline, bool& expired) {
+    if (!control_requested_.load(std::memory_order_relaxed)) return false;
+    std::unique_lock lock(control_mutex_);
+    if (freeze_depth_ == 0 || stop_requested_) {
+      if (freeze_depth_ == 0) control_requested_.store(false, std::memory_order_relaxed);  // under control_mutex_
+      return false;
+    }
+    (void)hand_back_in_flight();
+    handed_back_ = false;
+    driver_parked_ = true;
+    control_changed_.notify_all();
+    if (!wait) return true;
+    const auto thawed = [&] { return freeze_depth_ == 0 || stop_requested_; };
+    if (deadline == clock_type::time_point::max()) {
+      control_changed_.wait(lock, thawed);
+    } else if (!control_changed_.wait_until(lock, deadline, thawed)) {
+      expired = true;
+    }
+    driver_parked_ = false;
+    return true;
+  }
+
+  // driving_ on (under control_mutex_) while this thread tears down, driving_here_ for fn.
+  struct driving_scope {
+    reaper& self;
+    const reaper* previous;
+    explicit driving_scope(reaper& owner) noexcept : self(owner), previous(std::exchange(driving_here_, &owner)) {}
+    ~driving_scope() {
+      driving_here_ = previous;
+      const std::lock_guard lock(self.control_mutex_);
+      self.driving_ = false;
+      self.driver_parked_ = false;
+      self.control_changed_.notify_all();
+    }
+  };
+
+  // Lock-free check the next run would find something: the held rest or the queue.
+  bool driven_more() const noexcept { return !in_flight_.empty() || !queue_.empty(); }
+
+  drive_result run_locked(drive_limits limits) {
+    std::uint64_t value = 0;
+    // Read before the take: an add after the take finds the queue empty and signals again.
+    (void)!::read(work_fd_, &value, sizeof value);
+    {
+      const std::lock_guard lock(control_mutex_);
+      if (stop_requested_) return {};
+      if (freeze_depth_ > 0) {
+        (void)hand_back_in_flight();  // a frozen reaper holds nothing; thaw signals
+        handed_back_ = false;
+        return {};
+      }
+      driving_ = true;
+    }
+    const driving_scope scope(*this);
+    const bool timed = limits.time != std::chrono::nanoseconds::max();
+    const std::uint64_t start = timed ? sync_ops::now_ns() : 0;
+    const std::uint64_t budget_ns = limits.time.count() > 0 ? static_cast<std::uint64_t>(limits.time.count()) : 0;
+    drive_result result;
+    bool expired = false;
+    while (result.items < limits.items) {
+      if (driven_frozen(/*wait=*/false, clock_type::time_point::max(), expired)) return {result.items, false};
+      if (in_flight_.empty()) take_driven(/*sweep=*/false);
+      if (in_flight_.empty()) break;
+      run_one_driven();
+      ++result.items;
+      if (timed && sync_ops::now_ns() - start >= budget_ns) break;
+    }
+    result.more = driven_more();
+    if (result.more) signal_work();
+    return result;
+  }
+
+  // flush() when driven: tears down on the caller, under the drive lock, the held rest and
+  // everything on the queue at one take after it (so producers cannot keep it going), then waits
+  // for every reap_on_caller in progress; a put-back meanwhile means one more round. A freeze
+  // parks it (holding nothing) until thaw or the deadline.
+  bool drive_flush(typename clock_type::time_point deadline) {
+    if constexpr (planted_flush_skips_drive_lock) {
+      for (T& item : take_queue(/*sweep=*/true, /*oldest_first=*/true)) tear_down(item, /*on_worker=*/true);
+      return true;
+    }
+    std::unique_lock drive(drive_mutex_, std::defer_lock);
+    if (!lock_before(drive, deadline)) return false;
+    std::uint64_t put_backs = 0;
+    {
+      std::unique_lock lock(control_mutex_);
+      if (state_.load(std::memory_order_relaxed) & stopped_bit) {  // stop has drained (it held the drive lock)
+        lock.unlock();
+        drive.unlock();
+        return settle_after_stop(deadline);
+      }
+      driving_ = true;
+      put_backs = put_backs_;
+    }
+    const driving_scope scope(*this);
+    for (;;) {
+      bool took = false;
+      bool expired = false;
+      for (;;) {
+        if (driven_frozen(/*wait=*/true, deadline, expired)) {
+          if (expired) return false;
+          took = false;  // what was handed back is on the queue again
+        }
+        if (in_flight_.empty()) {
+          if (took) break;
+          take_driven(/*sweep=*/true);
+          took = true;
+          if (in_flight_.empty()) break;
+        }
+        run_one_driven();
+      }
+      std::unique_lock lock(control_mutex_);
+      const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };
+      if (deadline == clock_type::time_point::max()) {
+        control_changed_.wait(lock, no_caller_reaps);
+      } else if (!control_changed_.wait_until(lock, deadline, no_caller_reaps)) {
+        return false;
+      }
+      if (put_backs_ == put_backs) break;
+      put_backs = put_backs_;
+    }
+    if (driven_more()) signal_work();  // added meanwhile: the take above left it
+    return true;
+  }
+
+  // stop() when driven: from the STOPPED exchange on, producers tear down inline (as after a
+  // worker's end); what was queued or held is torn down here, then the hands are waited out.
+  bool drive_stop(typename clock_type::time_point deadline) {
+    {
+      const std::lock_guard lock(control_mutex_);
+      stop_requested_ = true;
+      control_changed_.notify_all();  // a flush parked by a freeze: stop overrides it
+    }
+    std::unique_lock drive(drive_mutex_, std::defer_lock);
+    if (!lock_before(drive, deadline)) return false;
+    if (!(state_.load(std::memory_order_relaxed) & stopped_bit)) {
+      // acq_rel, as the worker's STOPPED exchange: acquire pairs with every producer's kick
+      // before it (their adds are visible to the drain below); release pairs with enqueue's
+      // acquire loads, so producers tear down inline from now on.
+      (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
+      const reaper* previous = std::exchange(driving_here_, this);
+      for (;;) {
+        while (!in_flight_.empty()) run_one_driven();
+        take_driven(/*sweep=*/true);
+        if (in_flight_.empty()) break;
+      }
+      driving_here_ = previous;
+    }
+    drive.unlock();
+    return settle_after_stop(deadline);
+  }
+
+  // A deadline is polled, not passed to a timed lock (see settle_after_stop).
+  bool lock_before(std::unique_lock<mutex_type>& lock, typename clock_type::time_point deadline) {
+    if (deadline == clock_type::time_point::max()) {
+      lock.lock();
+      return true;
+    }
+    while (!lock.try_lock()) {
+      if (clock_type::now() >= deadline) return false;
+      sync_ops::sleep_for(std::chrono::microseconds(50));
+    }
+    return true;
+  }
+
+  // A bug planted for tests/schedule (a Sync policy that declares it): a driven flush that
+  // does not take the drive lock, draining only the queue, so it can return while another
+  // caller's run is in fn or holds the rest of its batch.
+  static constexpr bool planted_flush_skips_drive_lock = [] {
+    if constexpr (requires { sync_ops::planted_flush_skips_drive_lock; }) {
+      return sync_ops::planted_flush_skips_drive_lock;
+    } else {
+      return false;
+    }
+  }();
 
   // ---- boost -------------------------------------------------------------------------------
 
@@ -1630,7 +2031,7 @@ class reaper final : private detail::fork_participant {
   }
 
   void fork_child() noexcept override {
-    if (on_worker()) {
+    if (on_worker() || driving_here_ == this) {
       // fork() from inside fn: the child's only thread is a copy of the worker in the middle
       // of fn. Such a child may only exec or _exit; enqueue there tears down inline.
       state_.store(stopped_bit, std::memory_order_relaxed);
@@ -1652,6 +2053,10 @@ class reaper final : private detail::fork_participant {
       // A thread that held the control mutex (the worker, a flush) is not here: start it over.
       // No thread waits here, so no flush is outstanding.
       new (&control_mutex_) mutex_type;
+      // Driven: a run or flush on another thread held the drive lock, and that thread is not here.
+      new (&drive_mutex_) mutex_type;
+      driving_ = false;
+      driver_parked_ = false;
       flush_completed_ = flush_requested_;
       worker_joining_ = false;
     }
@@ -1767,6 +2172,17 @@ class reaper final : private detail::fork_participant {
 
   // The reaper whose reap_on_caller runs on this thread, if any.
   static inline thread_local const reaper* reaping_here_ = nullptr;
+
+  // Driven mode. in_flight_ holds the rest of a run's batch between runs, under drive_mutex_,
+  // which every run, driven flush and driven stop holds while it tears down (taken before
+  // control_mutex_, never inside it but for freeze's try_lock).
+  int work_fd_ = -1;
+  mutex_type drive_mutex_;
+  bool driving_ = false;        // a run or flush is tearing down (control_mutex_)
+  bool driver_parked_ = false;  // that flush waits for a thaw, holding nothing (control_mutex_)
+  std::shared_ptr<detail::drive_gate> gate_;
+  // The reaper whose run, flush or stop tears down on this thread, if any.
+  static inline thread_local const reaper* driving_here_ = nullptr;
 };
 
 template <class Reaper>

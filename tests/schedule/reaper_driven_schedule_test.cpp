@@ -1,0 +1,145 @@
+// Driven mode (reaper.hpp, "Driven mode") under the deterministic scheduler (schedule.hpp):
+// concurrent run(), flush() and enqueue through chosen interleavings, and a planted bug the
+// exploration must find. A failure prints the schedule's name (TEARDOWN_SCHEDULE_REPLAY=<name>).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.hpp"
+#include "teardown/llist.hpp"
+#include "teardown/reaper.hpp"
+
+namespace {
+
+namespace sched = teardown::schedule;
+
+struct item {
+  teardown::llist_node node;
+  std::atomic<int> runs{0};  // the test's own bookkeeping, not a point
+  int id = 0;
+};
+
+// A teardown takes time: the yield inside it is where a flush that ought to wait may return.
+struct count_runs {
+  void operator()(item& x) const noexcept {
+    sched::sync::yield();
+    x.runs.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+// The scheduler's primitives, and a driven flush that skips the drive lock (reaper.hpp's
+// planted_flush_skips_drive_lock): it can return while another caller's run is inside fn.
+struct flush_without_drive_lock : sched::sync {
+  static constexpr bool planted_flush_skips_drive_lock = true;
+};
+
+template <class Sync>
+using driven_reaper = teardown::reaper<item, &item::node, count_runs, teardown::llist<item, &item::node, Sync>>;
+
+teardown::reaper_options driven() {
+  teardown::reaper_options opts;
+  opts.driven = true;
+  return opts;
+}
+
+std::vector<item> items(int n) {
+  std::vector<item> made(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) made[static_cast<std::size_t>(i)].id = i;
+  return made;
+}
+
+void check_done(const std::vector<item>& all, std::size_t from, std::size_t to, const char* when) {
+  for (std::size_t i = from; i < to; ++i) {
+    const int runs = all[i].runs.load(std::memory_order_relaxed);
+    sched::check(runs == 1, std::string(when) + ": item " + std::to_string(i) + " torn down " + std::to_string(runs) +
+                                " times");
+  }
+}
+
+constexpr std::uint64_t schedules = 2'000;
+
+std::uint64_t expected_runs(std::uint64_t asked) {
+  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
+  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
+  return sched::detail::under_sanitizer() ? asked / 10 : asked;
+}
+
+// Two callers' bounded runs, a producer and two flushes: each flush returns only after what was
+// enqueued before it is torn down; every item is torn down exactly once.
+template <class Sync>
+sched::explore_result explore_run_flush_enqueue(const char* name) {
+  return sched::explore({.name = name, .schedules = schedules}, [] {
+    std::vector<item> all = items(5);
+    {
+      driven_reaper<Sync> reaper(count_runs{}, driven());
+      sched::thread driver_a([&] { (void)reaper.run({.items = 1}); });
+      sched::thread driver_b([&] { (void)reaper.run({.items = 2}); });
+      sched::thread producer([&] {
+        reaper.enqueue(all[0]);
+        reaper.enqueue(all[1]);
+        reaper.flush();
+        check_done(all, 0, 2, "flush after enqueue");
+      });
+      reaper.enqueue(all[2]);
+      reaper.enqueue(all[3]);
+      reaper.flush();
+      check_done(all, 2, 4, "flush after enqueue");
+      driver_a.join();
+      driver_b.join();
+      producer.join();
+      reaper.enqueue(all[4]);
+    }  // the destructor's stop tears down what is left
+    check_done(all, 0, all.size(), "after the destructor");
+  });
+}
+
+TEST(DrivenScheduleTest, RunFlushAndEnqueueTearDownEachItemOnceAndFlushIsABarrier) {
+  const auto result = explore_run_flush_enqueue<sched::sync>("driven run/flush/enqueue");
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, expected_runs(schedules));
+}
+
+TEST(DrivenScheduleTest, FindsAFlushThatSkipsTheDriveLock) {
+  const auto result = explore_run_flush_enqueue<flush_without_drive_lock>("driven flush without the drive lock");
+  ASSERT_TRUE(result.failure.has_value()) << "the planted bug went unnoticed in " << result.runs << " schedules";
+  EXPECT_NE(result.failure->find("flush after enqueue"), std::string::npos) << *result.failure;
+}
+
+// Freeze against runs and a flush: fn never starts while frozen, and everything runs once.
+TEST(DrivenScheduleTest, FreezeParksRunsAndFlushUntilThaw) {
+  const auto result = sched::explore({.name = "driven freeze", .schedules = schedules}, [] {
+    std::vector<item> all = items(3);
+    std::atomic<bool> frozen{false};
+    struct frozen_check {
+      std::atomic<bool>* frozen;
+      void operator()(item& x) const noexcept {
+        sched::check(!frozen->load(std::memory_order_relaxed), "fn ran while the reaper was frozen");
+        x.runs.fetch_add(1, std::memory_order_relaxed);
+      }
+    };
+    teardown::reaper<item, &item::node, frozen_check, teardown::llist<item, &item::node, sched::sync>> reaper(
+        frozen_check{&frozen}, driven());
+    for (item& x : all) reaper.enqueue(x);
+    sched::thread driver([&] {
+      (void)reaper.run({.items = 1});
+      (void)reaper.run({.items = 1});
+    });
+    sched::thread flusher([&] { reaper.flush(); });
+    reaper.freeze();
+    frozen.store(true, std::memory_order_relaxed);
+    sched::sync::yield();
+    frozen.store(false, std::memory_order_relaxed);
+    reaper.thaw();
+    driver.join();
+    flusher.join();
+    check_done(all, 0, all.size(), "after thaw and flush");
+  });
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, expected_runs(schedules));
+}
+
+}  // namespace
