@@ -74,6 +74,13 @@
 //                             same options serve either policy. Each put goes to the putting
 //                             thread's worker; drain, flush, freeze, thaw and shutdown act on
 //                             every worker; the reaper's statistics are the workers' sums.
+//   opts.worker               a shared_worker (shared_worker.hpp): one worker (or pool) for many
+//                             compositions over the same T, Hook, Traits and Workers; Traits
+//                             then needs a static owner(T&) -> void*&, which put writes. Its
+//                             counters, budget, knobs and trace domain stay this composition's;
+//                             flush, freeze and thaw act on the shared worker (every sharer);
+//                             shutdown and the destructor stop this composition's queuing, wait
+//                             for its puts in flight and flush, never stopping the worker.
 // Everything below holds for either. The pool keeps no order between items that different
 // threads put (a steal may overtake), so drain's "oldest first" is per putting thread.
 //
@@ -593,7 +600,8 @@ class async_teardown {
         const std::uint64_t deadline_ns = std_sync::now_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(
                                               0, std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count()));
         if (!gate_.close(/*wait=*/!forked(), deadline_ns)) return false;
-        return on_workers([&](auto& workers) { return workers.flush_for(deadline - std::chrono::steady_clock::now()); });
+        const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+        return on_workers([&](auto& workers) { return workers.flush_for(left); });
       }
       return reaper_->stop_for(timeout);
     }
@@ -877,7 +885,8 @@ class async_teardown {
       }
       const auto deadline = std::chrono::steady_clock::now() + limit;
       if (!gate_.close(!forked(), std_sync::now_ns() + static_cast<std::uint64_t>(limit.count()))) return false;
-      return on_workers([&](auto& workers) { return workers.stop_for(deadline - std::chrono::steady_clock::now()); });
+      const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+      return on_workers([&](auto& workers) { return workers.stop_for(left); });
     }
   }
 

@@ -14,11 +14,14 @@
 //
 //     teardown::deferred_domain mine(opts);     // an instance of your own: its own thread,
 //     teardown::deferred_ptr<cache> p(new cache, teardown::deferred_deleter<cache>{mine});
+//     opts.worker = teardown::deferred::default_worker();   // ... or the default domain's thread
+//     teardown::deferred_domain light(opts);                 // (shared_worker.hpp): no new thread
 //
 // A deleter measures the object (its cost, in bytes), deletes it inline when that is below the
-// threshold, and otherwise hands it to its domain's async_teardown: one five-word node per
+// threshold, and otherwise hands it to its domain's async_teardown: one six-word node per
 // object carries it (hook, memoised charge, the function that frees it, the payload, munmap's
-// length), so one queue takes objects of every type. The budget (max_pending) bounds the bytes
+// length, and the owning domain for a shared worker's dispatch: 48 bytes, which glibc serves
+// from a 64-byte chunk where the five words took 48), so one queue takes objects of every type. The budget (max_pending) bounds the bytes
 // waiting to be freed; past it, deletion falls back to inline: a reaper that falls behind costs
 // latency, never an out-of-memory kill. So does a node that cannot be allocated.
 //
@@ -60,6 +63,11 @@
 //                       on the main thread allocates once, to arm the exit sentinel).
 //   deferred::set_exit_timeout, deferred::exit_timeout
 //                       any thread, any time; wait-free.
+//   deferred::default_worker
+//                       any thread. The first call starts the default domain's worker (one
+//                       thread, "deferred_delete"; std::system_error if it cannot); never
+//                       destroyed. Domains given it (opts.worker) add no thread; they follow
+//                       shared_worker.hpp's rules (freeze and flush act on it, for every sharer).
 //
 // What an object costs (the bytes its destruction frees: compared with the threshold and
 // charged to the budget), first match wins:
@@ -104,7 +112,10 @@
 //   reaper: named "deferred_delete", nice 19, on the housekeeping CPUs (reaper.hpp).
 //
 // The default domain (deferred::default_domain(): what deferred_deleter<T>{}, deferred_delete
-// and async_munmap use) is created on first use and never destroyed, so no deleter can ever
+// and async_munmap use) runs on deferred::default_worker(), a shared worker other domains may
+// use too. At exit the default domain's shutdown also stops that worker (draining every
+// sharer's queue; from then on every sharer deletes inline), within the exit timeout. It is
+// created on first use and never destroyed, so no deleter can ever
 // reach a dead domain. It is shut down once at exit (everything queued is destroyed, the reaper
 // joined; every deletion after that is inline on its caller, so none is lost or destroyed
 // twice), by the first of:
