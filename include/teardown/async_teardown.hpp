@@ -239,6 +239,7 @@ struct async_teardown_options {
   // A worker shared with other compositions (shared_worker.hpp), or null: a worker of its own.
   // With one, reaper and pool are unused; Traits needs a static owner(T&) -> void*&, and the
   // worker must be a shared_worker<T, Hook, Traits, Workers> (else std::invalid_argument).
+  // Ignored when the deferred path is compiled out (const_key<false>).
   std::shared_ptr<shared_worker_base> worker = nullptr;
 };
 
@@ -275,7 +276,8 @@ struct async_teardown_stats {
   std::uint64_t uncontended = 0;  // subset of sync: fewer than min_concurrent puts in flight
   std::uint64_t reaped = 0;      // queued items torn down (by the reaper or by drain)
   std::uint64_t drained = 0;     // subset of reaped: torn down by drain() on a caller
-  std::uint64_t errors = 0;      // destroy threw on the reaper or in drain
+  std::uint64_t errors = 0;      // destroy threw on the reaper or in drain (on a shared worker:
+                                 // this composition's own items only)
   std::uint64_t pending = 0;     // the budget: charged and not yet released, in cost units
   std::uint64_t cap = 0;         // the budget's cap
   std::uint64_t high_water = 0;  // the budget's highest pending
@@ -704,6 +706,7 @@ class async_teardown {
 
   /// The worker's own statistics (worker CPU, wake-ups, batches...); a pool's, summed over its
   /// workers (reaper_pool::stats).
+  /// On a shared worker: the shared worker's, every sharer's items together.
   reaper_stats reaper_statistics() const noexcept {
     if constexpr (compiled_out) return {};
     else return on_workers([](const auto& workers) { return workers.stats(); });
