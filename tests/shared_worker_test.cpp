@@ -370,6 +370,29 @@ TEST(SharedWorkerTest, APoolServesSeveralDomainsWithItsWorkers) {
   EXPECT_THROW(pool_domain bad(wrong), std::invalid_argument);
 }
 
+// A sharer destroyed from the shared worker's callback would flush the worker from itself and
+// leave the callback on a freed object: it aborts, saying why.
+TEST(SharedWorkerDeathTest, DestroyingADomainFromTheSharedWorkersCallbackAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto worker = std::make_shared<worker_type>();
+        auto victim = std::make_unique<domain_type>(on(worker), owned_traits{1});
+        domain_type killer(on(worker), owned_traits{0});
+        item x;
+        static std::unique_ptr<domain_type>* target;
+        target = &victim;
+        struct hook {
+          static void on_reap(const teardown::trace::reap_event&) { target->reset(); }
+        };
+        // The reap event fires on the worker, inside the killer's reap: it destroys the victim.
+        teardown::trace::add_hook<teardown::trace::reap_event>(&hook::on_reap);
+        killer.put(x);
+        killer.flush();
+      },
+      "destroyed from its own callback");
+}
+
 // ---- the domain-shutdown gate under the deterministic scheduler ------------------------------
 
 namespace sched = teardown::schedule;
