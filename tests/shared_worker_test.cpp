@@ -370,6 +370,38 @@ TEST(SharedWorkerTest, APoolServesSeveralDomainsWithItsWorkers) {
   EXPECT_THROW(pool_domain bad(wrong), std::invalid_argument);
 }
 
+struct throwing_traits : owned_traits {
+  void destroy(item& i) const {
+    owned_traits::destroy(i);
+    throw std::runtime_error("destroy failed");
+  }
+};
+
+TEST(SharedWorkerTest, DestroyErrorsAreCountedByTheDomainWhoseItemThrew) {
+  using throwing_worker = teardown::shared_worker<item, &item::hook, throwing_traits>;
+  using throwing_domain = teardown::async_teardown<item, &item::hook, throwing_traits>;
+  std::atomic<int> reported{0};
+  auto opts = throwing_worker::default_options();
+  opts.on_error = [&](std::exception_ptr) { reported.fetch_add(1); };
+  auto worker = std::make_shared<throwing_worker>(opts);
+  async_teardown_options on_it;
+  on_it.worker = worker;
+  throwing_domain a(on_it);
+  throwing_domain b(on_it);
+  std::vector<item> items(3);
+  a.put(items[0]);
+  a.put(items[1]);
+  worker->flush();
+  b.put(items[2]);
+  b.flush();
+  EXPECT_EQ(a.stats().errors, 2u);
+  EXPECT_EQ(b.stats().errors, 1u);
+  EXPECT_EQ(a.stats().reaped, 2u) << "an item whose destroy threw is still reaped, its charge released";
+  EXPECT_EQ(a.stats().pending, 0u);
+  EXPECT_EQ(worker->stats().errors, 3u);
+  EXPECT_EQ(reported.load(), 3) << "the shared worker's on_error hears every sharer's";
+}
+
 // A sharer destroyed from the shared worker's callback would flush the worker from itself and
 // leave the callback on a freed object: it aborts, saying why.
 TEST(SharedWorkerDeathTest, DestroyingADomainFromTheSharedWorkersCallbackAborts) {
