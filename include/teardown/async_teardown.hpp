@@ -74,6 +74,13 @@
 //                             same options serve either policy. Each put goes to the putting
 //                             thread's worker; drain, flush, freeze, thaw and shutdown act on
 //                             every worker; the reaper's statistics are the workers' sums.
+//   opts.worker               a shared_worker (shared_worker.hpp): one worker (or pool) for many
+//                             compositions over the same T, Hook, Traits and Workers; Traits
+//                             then needs a static owner(T&) -> void*&, which put writes. Its
+//                             counters, budget, knobs and trace domain stay this composition's;
+//                             flush, freeze and thaw act on the shared worker (every sharer);
+//                             shutdown and the destructor stop this composition's queuing, wait
+//                             for its puts in flight and flush, never stopping the worker.
 // Everything below holds for either. The pool keeps no order between items that different
 // threads put (a steal may overtake), so drain's "oldest first" is per putting thread.
 //
@@ -157,6 +164,7 @@
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/reaper_pool.hpp"
+#include "teardown/shared_worker.hpp"
 #include "teardown/static_key.hpp"
 #include "teardown/trace.hpp"
 
@@ -228,6 +236,11 @@ struct async_teardown_options {
                                // hurries it (reaper::hurry); 0 = half the cap. Without a
                                // poll_interval it is refused: every put that needs it wakes the
                                // worker already
+  // A worker shared with other compositions (shared_worker.hpp), or null: a worker of its own.
+  // With one, reaper and pool are unused; Traits needs a static owner(T&) -> void*&, and the
+  // worker must be a shared_worker<T, Hook, Traits, Workers> (else std::invalid_argument).
+  // Ignored when the deferred path is compiled out (const_key<false>).
+  std::shared_ptr<shared_worker_base> worker = nullptr;
 };
 
 /// async_teardown's worker: one reaper thread (the default; the kernel's single mm_reaper).
@@ -237,6 +250,7 @@ struct async_teardown_options {
 struct one_reaper {
   template <class T, llist_node T::*Hook, class Fn>
   using type = reaper<T, Hook, Fn>;
+  using options = reaper_options;
   /// opts.reaper; opts.pool is unused.
   static reaper_options worker_options(async_teardown_options&& opts) { return std::move(opts.reaper); }
 };
@@ -245,6 +259,7 @@ struct one_reaper {
 struct reaper_pool_workers {
   template <class T, llist_node T::*Hook, class Fn>
   using type = reaper_pool<T, Hook, Fn>;
+  using options = reaper_pool_options;
   /// opts.pool, with opts.reaper as every worker's options (opts.pool.worker is replaced).
   static reaper_pool_options worker_options(async_teardown_options&& opts) {
     reaper_pool_options pool = std::move(opts.pool);
@@ -261,7 +276,8 @@ struct async_teardown_stats {
   std::uint64_t uncontended = 0;  // subset of sync: fewer than min_concurrent puts in flight
   std::uint64_t reaped = 0;      // queued items torn down (by the reaper or by drain)
   std::uint64_t drained = 0;     // subset of reaped: torn down by drain() on a caller
-  std::uint64_t errors = 0;      // destroy threw on the reaper or in drain
+  std::uint64_t errors = 0;      // destroy threw on the reaper or in drain (on a shared worker:
+                                 // this composition's own items only)
   std::uint64_t pending = 0;     // the budget: charged and not yet released, in cost units
   std::uint64_t cap = 0;         // the budget's cap
   std::uint64_t high_water = 0;  // the budget's highest pending
@@ -343,6 +359,9 @@ class async_teardown {
     void operator()(T& item) const { self->reap(item); }
   };
   using reaper_type = typename Workers::template type<T, Hook, reap_fn>;
+  // Only Traits whose items name their owner can use a shared worker.
+  static constexpr bool shareable = owner_traits<Traits, T>;
+  using shared_type = std::conditional_t<shareable, shared_worker<T, Hook, Traits, Workers>, shared_worker_base>;
 
  public:
   /// Starts the worker(s) (unless the deferred path is compiled out). Throws
@@ -366,12 +385,13 @@ class async_teardown {
   /// object: it writes why to stderr and aborts.
   ~async_teardown() {
     if constexpr (!compiled_out) {
-      if (reaper_->in_own_callback()) {
+      if (in_own_callback()) {
         detail::fatal_misuse(
             "teardown::async_teardown::~async_teardown: destroyed from its own callback (Traits::destroy on its "
             "worker, or inside its drain); that callback would go on using the freed object. Destroy it from "
             "another thread, after drain returns.\n");
       }
+      if (shared()) shutdown();  // its items off the shared worker before its members go
     }
   }
 
@@ -403,18 +423,22 @@ class async_teardown {
       // Before prepare and the reserve: an item kept inline is not prepared for a queue it will
       // not join (prepare may block), and never touches the budget (a charge taken and given
       // back would, under add-then-check, push concurrent puts into rejection for nothing).
-      if (const decision why = refusal(counted, min_concurrent); why != decision::queued) {
+      gate_pass pass;  // a shared worker's: held from the stopped check to the enqueue
+      if (const decision why = refusal(counted, min_concurrent, pass); why != decision::queued) {
+        pass.leave();  // before destroy, which may shut this composition down
         return tear_down_inline(item, cost, why);
       }
       // Eager step before charging: if it blocks, only this caller waits, never the reaper
       // and everything queued behind this item.
       traits_.prepare(item);
       if (!budget_.try_reserve(cost)) {
+        pass.leave();
         trace::reject(item_id(item), cost, budget_.pending(), budget_.cap(), trace_domain_);
-        if (lazy_) (void)reaper_->hurry();  // the budget is full: what is queued must go now
+        if (lazy_) (void)hurry();  // the budget is full: what is queued must go now
         return tear_down_inline(item, cost, decision::sync_rejected);
       }
       traits_.charge(item) = cost;
+      name_owner(item);
       if constexpr (requires { traits_.queued_at(item); }) traits_.queued_at(item) = detail::monotonic_ns();
       // Who and where cost a cold exit path more than the enqueue itself: gathered only when
       // the emit can be seen.
@@ -423,7 +447,8 @@ class async_teardown {
         trace::queue(item_id(item), cost, who.tid, who.name, detail::current_cpu(), trace_domain_);
       }
       queued_.add();  // before the enqueue: reaped never overtakes queued
-      reaper_->enqueue(item);
+      on_workers([&](auto& workers) { workers.enqueue(item); });
+      pass.leave();
       if (lazy_) hurry_if_due();
       return decision::queued;
     }
@@ -463,17 +488,21 @@ class async_teardown {
       if (total < threshold_.load(std::memory_order_relaxed) || !eligible) {
         return tear_down_chain_inline(std::move(chain), decision::sync_ineligible);
       }
-      if (const decision why = refusal(counted, min_concurrent); why != decision::queued) {
+      gate_pass pass;  // as in put()
+      if (const decision why = refusal(counted, min_concurrent, pass); why != decision::queued) {
+        pass.leave();
         return tear_down_chain_inline(std::move(chain), why);
       }
       chain.for_each([&](T& item) { traits_.prepare(item); });
       if (!budget_.try_reserve(total)) {
+        pass.leave();
         chain.for_each([&](T& item) {
           trace::reject(item_id(item), traits_.charge(item), budget_.pending(), budget_.cap(), trace_domain_);
         });
-        if (lazy_) (void)reaper_->hurry();  // as in put()
+        if (lazy_) (void)hurry();  // as in put()
         return tear_down_chain_inline(std::move(chain), decision::sync_rejected);
       }
+      chain.for_each([&](T& item) { name_owner(item); });
       const std::uint64_t now = detail::monotonic_ns();
       if constexpr (requires(T& each) { traits_.queued_at(each); }) {
         chain.for_each([&](T& item) { traits_.queued_at(item) = now; });
@@ -486,7 +515,8 @@ class async_teardown {
         });
       }
       queued_.add(items);  // before the enqueue: reaped never overtakes queued
-      reaper_->enqueue_chain(std::move(chain));
+      on_workers([&](auto& workers) { workers.enqueue_chain(std::move(chain)); });
+      pass.leave();
       if (lazy_) hurry_if_due();
       return decision::queued;
     }
@@ -500,12 +530,16 @@ class async_teardown {
   drain_result drain(std::uint64_t max_cost) {
     drain_result result;
     if constexpr (!compiled_out) {
-      reaper_->reap_on_caller([&](T& item) {
-        const std::uint64_t charge = traits_.charge(item);
+      const draining_scope draining(this);
+      on_workers([&](auto& workers) {
+        return workers.reap_on_caller([&](T& item) {
+          if (!owns(item)) return false;  // another sharer's
+          const std::uint64_t charge = traits_.charge(item);
         if (charge > max_cost - result.cost) return false;
-        result.cost += charge;
-        ++result.items;
-        return true;
+          result.cost += charge;
+          ++result.items;
+          return true;
+        });
       });
       // After the teardowns (and their reaped counts): a subset never overtakes its superset.
       // release: pairs with the acquire read in stats().
@@ -532,11 +566,11 @@ class async_teardown {
 
   /// Blocks until everything queued before the call (to any worker) is torn down.
   void flush() {
-    if constexpr (!compiled_out) reaper_->flush();
+    if constexpr (!compiled_out) on_workers([](auto& workers) { workers.flush(); });
   }
   template <class Rep, class Period>
   bool flush_for(std::chrono::duration<Rep, Period> timeout) {
-    if constexpr (!compiled_out) return reaper_->flush_for(timeout);
+    if constexpr (!compiled_out) return on_workers([&](auto& workers) { return workers.flush_for(timeout); });
     return true;
   }
 
@@ -545,12 +579,12 @@ class async_teardown {
   /// from then on the watchdog (if on) tears new items down inline, as for a starved reaper: a
   /// frozen reaper makes no progress either.
   void freeze() {
-    if constexpr (!compiled_out) reaper_->freeze();
+    if constexpr (!compiled_out) on_workers([](auto& workers) { workers.freeze(); });
   }
   /// Undoes one freeze(); throws std::logic_error, changing nothing, without one.
   void thaw() {
     if constexpr (compiled_out) throw std::logic_error("teardown::async_teardown::thaw: not frozen");
-    else reaper_->thaw();
+    else on_workers([](auto& workers) { workers.thaw(); });
   }
 
   /// Tears down everything queued and joins the reaper (every worker); afterwards put tears
@@ -558,7 +592,13 @@ class async_teardown {
   void shutdown() {
     if constexpr (!compiled_out) {
       stopped_.store(true, std::memory_order_relaxed);
-      reaper_->stop();
+      if (shared()) {
+        // Never stops the shared worker: no put of ours enqueues any more, then ours are done.
+        (void)gate_.close(/*wait=*/!forked());
+        on_workers([](auto& workers) { workers.flush(); });
+      } else {
+        reaper_->stop();
+      }
     }
   }
 
@@ -573,6 +613,14 @@ class async_teardown {
       return true;
     } else {
       stopped_.store(true, std::memory_order_relaxed);
+      if (shared()) {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        const std::uint64_t deadline_ns = std_sync::now_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(
+                                              0, std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count()));
+        if (!gate_.close(/*wait=*/!forked(), deadline_ns)) return false;
+        const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+        return on_workers([&](auto& workers) { return workers.flush_for(left); });
+      }
       return reaper_->stop_for(timeout);
     }
   }
@@ -581,14 +629,14 @@ class async_teardown {
   /// inside its drain on this thread. Wait-free.
   bool in_own_callback() const noexcept {
     if constexpr (compiled_out) return false;
-    else return reaper_->in_own_callback();
+    else return on_workers([](const auto& workers) { return workers.in_own_callback(); });
   }
 
   /// True when the reaper's oldest queued item (in a pool: any worker's) has waited past its
   /// stall threshold.
   bool stalled() const noexcept {
     if constexpr (compiled_out) return false;
-    else return reaper_->stalled();
+    else return on_workers([](const auto& workers) { return workers.stalled(); });
   }
 
   bool enabled() const noexcept { return toggle_.enabled(); }
@@ -629,13 +677,13 @@ class async_teardown {
   /// a sleeping worker was woken. Lock-free; any thread.
   bool hurry() noexcept {
     if constexpr (compiled_out) return false;
-    else return reaper_->hurry() != 0;
+    else return on_workers([](auto& workers) { return workers.hurry() != 0; });
   }
 
   /// The worker(s)' nice value (reaper::nice); opts.reaper.nice until set_worker_nice.
   int worker_nice() const {
     if constexpr (compiled_out) return 0;
-    else return reaper_->nice();
+    else return on_workers([](const auto& workers) { return workers.nice(); });
   }
   /// reaper::set_nice on the worker(s): true if applied (the system may refuse a lower value).
   /// Throws std::invalid_argument, changing nothing, outside [-20, 19]. Takes each worker's
@@ -646,7 +694,7 @@ class async_teardown {
                                   std::to_string(value));
     }
     if constexpr (compiled_out) return true;  // no worker
-    else return reaper_->set_nice(value);
+    else return on_workers([&](auto& workers) { return workers.set_nice(value); });
   }
 
   /// A snapshot; see "Counters" in the header comment.
@@ -663,7 +711,7 @@ class async_teardown {
       s.stalled = stalled_.read(std::memory_order_acquire);
       s.uncontended = uncontended_.read(std::memory_order_acquire);
       s.sync = sync_.read();
-      s.errors = reaper_->stats().errors;
+      s.errors = shared() ? errors_.read() : reaper_->stats().errors;
     }
     s.pending = budget_.pending();
     s.cap = budget_.cap();
@@ -674,9 +722,10 @@ class async_teardown {
 
   /// The worker's own statistics (worker CPU, wake-ups, batches...); a pool's, summed over its
   /// workers (reaper_pool::stats).
+  /// On a shared worker: the shared worker's, every sharer's items together.
   reaper_stats reaper_statistics() const noexcept {
     if constexpr (compiled_out) return {};
-    else return reaper_->stats();
+    else return on_workers([](const auto& workers) { return workers.stats(); });
   }
 
   /// How many worker threads tear down queued items: 1 for one_reaper, the pool's size for
@@ -685,7 +734,7 @@ class async_teardown {
     if constexpr (compiled_out) {
       return 0;
     } else if constexpr (requires(const reaper_type& workers) { workers.worker_count(); }) {
-      return reaper_->worker_count();
+      return on_workers([](const auto& workers) { return workers.worker_count(); });
     } else {
       return 1;
     }
@@ -711,20 +760,109 @@ class async_teardown {
         sync_when_stalled_(opts.sync_when_stalled),
         trimmer_(opts.trim),
         hurry_at_(opts.hurry_at),
-        lazy_(opts.reaper.poll_interval.count() != 0),
+        lazy_(opts.worker != nullptr ? opts.worker->polls() : opts.reaper.poll_interval.count() != 0),
+        shared_(adopt_worker(opts)),
         reaper_(start_reaper(this, std::move(opts))) {}
+
+  // ---- a shared worker (shared_worker.hpp) ----
+
+  bool shared() const noexcept {
+    if constexpr (shareable && !compiled_out) return shared_ != nullptr;
+    else return false;
+  }
+
+  // f(the worker(s)): the shared worker's or this composition's own.
+  template <class F>
+  decltype(auto) on_workers(F&& f) {
+    if constexpr (shareable) {
+      if (shared_ != nullptr) return f(shared_->workers());
+    }
+    return f(*reaper_);
+  }
+  template <class F>
+  decltype(auto) on_workers(F&& f) const {
+    if constexpr (shareable) {
+      if (shared_ != nullptr) return f(std::as_const(shared_->workers()));
+    }
+    return f(*reaper_);
+  }
+
+  // One put's pass through the gate, left at the latest when the put returns.
+  class gate_pass {
+   public:
+    gate_pass() = default;
+    gate_pass(const gate_pass&) = delete;
+    gate_pass& operator=(const gate_pass&) = delete;
+    ~gate_pass() { leave(); }
+    bool enter(detail::domain_gate<>& gate) noexcept {
+      if (!gate.enter()) return false;
+      gate_ = &gate;
+      return true;
+    }
+    void leave() noexcept {
+      if (gate_ != nullptr) gate_->leave();
+      gate_ = nullptr;
+    }
+
+   private:
+    detail::domain_gate<>* gate_ = nullptr;
+  };
+
+  // Written before the enqueue, so the worker's del_all (acquire) sees it.
+  void name_owner(T& item) noexcept {
+    if constexpr (shareable) {
+      if (shared()) Traits::owner(item) = &client_;
+    }
+  }
+  bool owns(T& item) const noexcept {
+    if constexpr (shareable) {
+      if (shared()) return Traits::owner(item) == &client_;
+    }
+    (void)item;
+    return true;
+  }
+
+  // A fork child: no parent put is left to leave the gate, and the child has no worker.
+  bool forked() const noexcept { return getpid() != created_in_; }
+
+  // The calling thread is inside this composition's drain: no trim there.
+  static inline thread_local const void* draining_ = nullptr;
+  struct draining_scope {
+    const void* before;
+    explicit draining_scope(const void* self) noexcept : before(draining_) { draining_ = self; }
+    draining_scope(const draining_scope&) = delete;
+    draining_scope& operator=(const draining_scope&) = delete;
+    ~draining_scope() { draining_ = before; }
+  };
+
+  static void reap_shared(void* self, T& item) { static_cast<async_teardown*>(self)->reap(item); }
+
+  // The shared worker, checked; null for a worker of its own.
+  static std::shared_ptr<shared_type> adopt_worker(const async_teardown_options& opts) {
+    if constexpr (compiled_out || !shareable) {
+      return nullptr;
+    } else {
+      if (opts.worker == nullptr) return nullptr;
+      if (opts.worker->kind() != shared_type::kind_tag()) {
+        throw std::invalid_argument(
+            "teardown::async_teardown: worker is a shared_worker for another item type, hook, Traits or Workers "
+            "policy");
+      }
+      return std::static_pointer_cast<shared_type>(opts.worker);
+    }
+  }
 
   // A polling worker is not woken by puts (reaper.hpp's "Wake policy"): a put that leaves
   // hurry_at (or half the cap) pending wakes it, so that the budget does not fill while it sleeps.
   void hurry_if_due() noexcept {
     const std::uint64_t mark = hurry_at_ != 0 ? hurry_at_ : budget_.cap() / 2;
-    if (budget_.pending() >= mark) (void)reaper_->hurry();
+    if (budget_.pending() >= mark) (void)hurry();
   }
 
   // A lower cap (set by hand or by a pressure policy) wants the memory back now.
   void hurry_after_lowered_cap() noexcept {
     if constexpr (!compiled_out) {
-      if (lazy_ && budget_.pending() != 0) (void)reaper_->hurry();
+      if (lazy_ && budget_.pending() != 0) (void)hurry();
     }
   }
 
@@ -736,7 +874,13 @@ class async_teardown {
                                   std::to_string(budget::max_cap) + ", got " + std::to_string(opts.max_pending));
     }
     opts.reaper = detail::validated_reaper_options(std::move(opts.reaper), "teardown::async_teardown", "reaper.");
-    if (opts.hurry_at != 0 && opts.reaper.poll_interval.count() == 0) {
+    if (opts.worker != nullptr && !shareable && !compiled_out) {
+      throw std::invalid_argument(
+          "teardown::async_teardown: worker (a shared worker) is set, but Traits has no static owner(T&) -> void*& "
+          "for the worker to find the composition that queued an item");
+    }
+    const bool polls = opts.worker != nullptr ? opts.worker->polls() : opts.reaper.poll_interval.count() != 0;
+    if (opts.hurry_at != 0 && !polls) {
       throw std::invalid_argument("teardown::async_teardown: hurry_at (" + std::to_string(opts.hurry_at) +
                                   ") is set without reaper.poll_interval; a worker that polls is the one a put must "
                                   "hurry (without polling, puts wake it)");
@@ -746,6 +890,25 @@ class async_teardown {
 
   friend class deferred_domain;
 
+  // deferred.hpp's exit path for a domain on the default worker: shut down, then stop the shared
+  // worker itself (for every sharer), the whole within `limit` (nanoseconds::max(): none).
+  bool shut_down_with_worker(std::chrono::nanoseconds limit) {
+    if constexpr (compiled_out) {
+      return true;
+    } else {
+      stopped_.store(true, std::memory_order_relaxed);
+      if (limit == std::chrono::nanoseconds::max()) {
+        (void)gate_.close(!forked());
+        on_workers([](auto& workers) { workers.stop(); });
+        return true;
+      }
+      const auto deadline = std::chrono::steady_clock::now() + limit;
+      if (!gate_.close(!forked(), std_sync::now_ns() + static_cast<std::uint64_t>(limit.count()))) return false;
+      const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+      return on_workers([&](auto& workers) { return workers.stop_for(left); });
+    }
+  }
+
   // deferred.hpp's exit path: exit() called from destroy on this composition's own worker. Marks
   // it shut down and tears down, on this thread, the rest of the worker's batch and everything
   // queued (one_reaper only); false, changing nothing, anywhere else.
@@ -753,8 +916,10 @@ class async_teardown {
     if constexpr (compiled_out || !std::is_same_v<Workers, one_reaper>) {
       return false;
     } else {
-      if (!detail::stop_on_own_worker(*reaper_)) return false;
+      // A shared worker is stopped for every sharer: this runs only at exit.
+      if (!on_workers([](auto& workers) { return detail::stop_on_own_worker(workers); })) return false;
       stopped_.store(true, std::memory_order_relaxed);
+      if (shared()) (void)gate_.close(/*wait=*/false);  // the worker is stopped: puts go inline
       return true;
     }
   }
@@ -768,6 +933,7 @@ class async_teardown {
     if constexpr (compiled_out) {
       return std::nullopt;
     } else {
+      if (self->shared()) return std::nullopt;
       opts.reaper.trace_domain = self->trace_domain_;  // the boost events are this composition's
       if (self->trimmer_.enabled()) {
         // On the worker(s) only: a trim never runs on a producer.
@@ -825,13 +991,14 @@ class async_teardown {
   }
 
   // Steps 4 and 5 of put(): queued when nothing refuses the item, else why not.
-  decision refusal(const in_flight_scope& counted, std::uint32_t min_concurrent) const noexcept {
+  decision refusal(const in_flight_scope& counted, std::uint32_t min_concurrent, gate_pass& pass) noexcept {
     // The gate, read now rather than at entry, so that puts which entered since count too.
     if (counted.counts() && in_flight_.value.load(std::memory_order_relaxed) < min_concurrent) {
       return decision::sync_uncontended;
     }
     if (stopped_.load(std::memory_order_relaxed)) return decision::sync_stopped;
-    if (sync_when_stalled_ && reaper_->stalled()) return decision::sync_stalled;
+    if (shared() && !pass.enter(gate_)) return decision::sync_stopped;
+    if (sync_when_stalled_ && stalled()) return decision::sync_stalled;
     return decision::queued;
   }
 
@@ -887,7 +1054,19 @@ class async_teardown {
       }
     } settle_after_destroy{this, charge};
     trimmer_.freed(charge);
-    traits_.destroy(item);  // may free item
+    if (!shared()) {
+      traits_.destroy(item);  // may free item
+      return;
+    }
+    try {
+      traits_.destroy(item);
+    } catch (...) {
+      errors_.add();  // this composition's; the shared worker counts and reports it too
+      throw;
+    }
+    // No after_batch of its own on a shared worker: a trim when due after each item, never in
+    // a drain.
+    if (draining_ != this) (void)trimmer_.after_batch();
   }
 
   Traits traits_;
@@ -917,6 +1096,11 @@ class async_teardown {
   sharded_counter uncontended_;
   sharded_counter reaped_;
   sharded_counter drained_;
+  sharded_counter errors_;  // a shared worker's destroy errors (its own worker counts them)
+  detail::domain_gate<> gate_;  // shared worker only
+  detail::shared_client<T> client_{this, &async_teardown::reap_shared};
+  const pid_t created_in_ = getpid();
+  std::shared_ptr<shared_type> shared_;  // before reaper_ (constructed first; it decides)
   // Last: constructed after, and destroyed (stopped, drained) before, everything reap() uses.
   std::optional<reaper_type> reaper_;
 };

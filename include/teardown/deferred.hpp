@@ -14,11 +14,14 @@
 //
 //     teardown::deferred_domain mine(opts);     // an instance of your own: its own thread,
 //     teardown::deferred_ptr<cache> p(new cache, teardown::deferred_deleter<cache>{mine});
+//     opts.worker = teardown::deferred::default_worker();   // ... or the default domain's thread
+//     teardown::deferred_domain light(opts);                 // (shared_worker.hpp): no new thread
 //
 // A deleter measures the object (its cost, in bytes), deletes it inline when that is below the
-// threshold, and otherwise hands it to its domain's async_teardown: one five-word node per
+// threshold, and otherwise hands it to its domain's async_teardown: one six-word node per
 // object carries it (hook, memoised charge, the function that frees it, the payload, munmap's
-// length), so one queue takes objects of every type. The budget (max_pending) bounds the bytes
+// length, and the owning domain for a shared worker's dispatch: 48 bytes, which glibc serves
+// from a 64-byte chunk where the five words took 48), so one queue takes objects of every type. The budget (max_pending) bounds the bytes
 // waiting to be freed; past it, deletion falls back to inline: a reaper that falls behind costs
 // latency, never an out-of-memory kill. So does a node that cannot be allocated.
 //
@@ -60,6 +63,11 @@
 //                       on the main thread allocates once, to arm the exit sentinel).
 //   deferred::set_exit_timeout, deferred::exit_timeout
 //                       any thread, any time; wait-free.
+//   deferred::default_worker
+//                       any thread. The first call starts the default domain's worker (one
+//                       thread, "deferred_delete"; std::system_error if it cannot); never
+//                       destroyed. Domains given it (opts.worker) add no thread; they follow
+//                       shared_worker.hpp's rules (freeze and flush act on it, for every sharer).
 //
 // What an object costs (the bytes its destruction frees: compared with the threshold and
 // charged to the budget), first match wins:
@@ -104,7 +112,10 @@
 //   reaper: named "deferred_delete", nice 19, on the housekeeping CPUs (reaper.hpp).
 //
 // The default domain (deferred::default_domain(): what deferred_deleter<T>{}, deferred_delete
-// and async_munmap use) is created on first use and never destroyed, so no deleter can ever
+// and async_munmap use) runs on deferred::default_worker(), a shared worker other domains may
+// use too. At exit the default domain's shutdown also stops that worker (draining every
+// sharer's queue; from then on every sharer deletes inline), within the exit timeout. It is
+// created on first use and never destroyed, so no deleter can ever
 // reach a dead domain. It is shut down once at exit (everything queued is destroyed, the reaper
 // joined; every deletion after that is inline on its caller, so none is lost or destroyed
 // twice), by the first of:
@@ -179,6 +190,7 @@
 #include "teardown/llist.hpp"
 #include "teardown/memory_limit.hpp"
 #include "teardown/reaper.hpp"
+#include "teardown/shared_worker.hpp"
 #include "teardown/trace.hpp"
 
 namespace teardown {
@@ -262,6 +274,7 @@ struct deferred_node {
   free_function free_payload = nullptr;
   void* payload = nullptr;
   std::size_t length = 0;      // munmap's length; 0 for objects
+  void* owner = nullptr;       // the domain that queued it, for a shared worker's dispatch
 };
 
 struct deferred_traits {
@@ -273,6 +286,7 @@ struct deferred_traits {
     node.free_payload(node.payload, node.length);
   }
   static std::uint64_t& charge(deferred_node& node) noexcept { return node.charge; }
+  static void*& owner(deferred_node& node) noexcept { return node.owner; }
   // The trace points name the object (or the mapping), not its node: the inline paths that
   // never allocate a node report the same id.
   static std::uint64_t id(const deferred_node& node) noexcept {
@@ -334,6 +348,9 @@ inline std::size_t checked_unmap_length(const void* addr, std::size_t length) {
 }  // namespace detail
 
 // ---- the domain -----------------------------------------------------------------------------
+
+/// A worker several deferred_domains share (opts.worker; shared_worker.hpp).
+using deferred_worker = shared_worker<detail::deferred_node, &detail::deferred_node::hook, detail::deferred_traits>;
 
 namespace detail {
 struct default_domain_exit;
@@ -564,7 +581,11 @@ class deferred_domain {
   void shutdown_at_exit(std::chrono::nanoseconds limit) noexcept {
     if (async_.shut_down_on_own_worker()) return;
     try {
-      if (limit == std::chrono::nanoseconds::max()) {
+      if (async_.shared()) {
+        // The default worker's last moment too: stopping it drains every sharer's queue, and
+        // a frozen worker (which a flush would wait for) as well.
+        (void)async_.shut_down_with_worker(limit);
+      } else if (limit == std::chrono::nanoseconds::max()) {
         async_.shutdown();
       } else {
         (void)async_.shutdown_for(limit);
@@ -615,6 +636,18 @@ namespace detail {
 // The exit-time shutdown's limit, in nanoseconds; the largest value means none.
 inline std::atomic<std::int64_t> default_domain_exit_timeout_ns{std::numeric_limits<std::int64_t>::max()};
 
+// The default domains' worker: created on first use, never destroyed (as the default domain),
+// so a domain made during static destruction still finds it. Its thread is stopped at exit,
+// after the default domain's shutdown.
+inline const std::shared_ptr<deferred_worker>& default_worker() {
+  static const std::shared_ptr<deferred_worker>* const worker = [] {
+    reaper_options opts;
+    opts.name = "deferred_delete";
+    return new std::shared_ptr<deferred_worker>(std::make_shared<deferred_worker>(std::move(opts)));
+  }();
+  return *worker;
+}
+
 // Shuts the default domain down at exit, once: from the main thread's sentinel, before any
 // static is destroyed, or else from the closer, at its place among the statics. The domain
 // itself is never destroyed.
@@ -624,6 +657,7 @@ struct default_domain_exit {
     if (done.exchange(true, std::memory_order_relaxed)) return;
     domain.shutdown_at_exit(std::chrono::nanoseconds(default_domain_exit_timeout_ns.load(std::memory_order_relaxed)));
   }
+
 };
 
 // A function-local static constructed right after the default domain: the fallback for an exit
@@ -667,13 +701,21 @@ namespace deferred {
 /// the main thread arms the shutdown that runs before static destruction.
 inline deferred_domain& default_domain() {
   static deferred_domain* const domain = [] {
-    auto* created = new deferred_domain();
+    async_teardown_options opts = deferred_domain::default_options();
+    opts.worker = detail::default_worker();
+    auto* created = new deferred_domain(std::move(opts));
     static const detail::default_domain_closer closer{created};  // registered after the domain
     return created;
   }();
   if (!detail::exit_sentinel_considered) [[unlikely]] detail::consider_exit_sentinel(*domain);
   return *domain;
 }
+
+/// The worker the default domain runs on (one thread, "deferred_delete"), created on first use
+/// and never destroyed; stopped at exit after the default domain. A deferred_domain given it
+/// (opts.worker = deferred::default_worker()) adds no thread. Throws std::system_error if the
+/// thread cannot start.
+inline const std::shared_ptr<deferred_worker>& default_worker() { return detail::default_worker(); }
 
 /// Bounds the default domain's shutdown at exit: after `limit`, exit() proceeds, and what the
 /// reaper has not freed yet is left to the operating system (still counted in stats() as queued

@@ -13,6 +13,7 @@
 #include "teardown/pressure_policy.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/reaper_pool.hpp"
+#include "teardown/shared_worker.hpp"
 #include "teardown/sharded_llist.hpp"
 #include "teardown/static_key.hpp"
 #include "teardown/trace.hpp"
