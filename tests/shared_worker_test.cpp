@@ -488,3 +488,38 @@ TEST(SharedWorkerScheduleTest, APlantedShutdownThatDoesNotWaitIsCaught) {
 }
 
 }  // namespace
+
+// Driven and shared: no thread at all, one work_fd for every sharer, and a run from any sharer
+// (or the worker) tears down every sharer's items, each counted by its own domain.
+TEST(SharedWorkerTest, ADrivenSharedWorkerStartsNoThreadAndOneRunServesEverySharer) {
+  const std::size_t before = thread_count();
+  worker_type::options_type driven = worker_type::default_options();
+  driven.driven = true;
+  auto worker = std::make_shared<worker_type>(std::move(driven));
+  std::atomic<int> first_count{0};
+  std::atomic<int> second_count{0};
+  domain_type first(on(worker), owned_traits{0, &first_count});
+  domain_type second(on(worker), owned_traits{1, &second_count});
+  EXPECT_EQ(thread_count(), before);
+  ASSERT_GE(worker->work_fd(), 0);
+  EXPECT_EQ(first.work_fd(), worker->work_fd());
+  EXPECT_EQ(second.work_fd(), worker->work_fd());
+  std::vector<item> items(6);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    EXPECT_EQ((i % 2 == 0 ? first : second).put(items[i]), decision::queued);
+  }
+  EXPECT_EQ(first.stats().reaped, 0u) << "nothing runs until someone drives";
+  const teardown::drive_result ran = first.run();
+  EXPECT_EQ(ran.items, items.size());
+  EXPECT_FALSE(ran.more);
+  EXPECT_EQ(first.stats().reaped, 3u);
+  EXPECT_EQ(second.stats().reaped, 3u);
+  EXPECT_EQ(first_count.load(), 3);
+  EXPECT_EQ(second_count.load(), 3);
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
+  EXPECT_EQ(second.put(items[0]), decision::queued);
+  second.shutdown();  // flushes the driven worker on this thread
+  EXPECT_EQ(items[0].destroyed.load(), 2);
+  EXPECT_EQ(second.stats().reaped, 4u);
+  EXPECT_EQ(thread_count(), before);
+}

@@ -548,20 +548,21 @@ class async_teardown {
     return result;
   }
 
-  /// Driven mode (opts.reaper.driven; one_reaper only): reaper::run and reaper::work_fd. A
+  /// Driven mode (opts.reaper.driven, or a driven shared worker's; one_reaper only): reaper::run
+  /// and reaper::work_fd, the shared worker's for every sharer. A
   /// compiled-out composition queues nothing: run does nothing and work_fd is -1.
   // Member templates, so that an explicit instantiation over a pool does not reach them.
   template <class W = Workers>
     requires std::same_as<W, one_reaper>
   drive_result run(drive_limits limits = {}) {
     if constexpr (compiled_out) return {};
-    else return reaper_->run(limits);
+    else return on_workers([&](auto& workers) { return workers.run(limits); });  // a shared worker's too
   }
   template <class W = Workers>
     requires std::same_as<W, one_reaper>
   int work_fd() const noexcept {
     if constexpr (compiled_out) return -1;
-    else return reaper_->work_fd();
+    else return on_workers([](const auto& workers) { return workers.work_fd(); });
   }
 
   /// Blocks until everything queued before the call (to any worker) is torn down.

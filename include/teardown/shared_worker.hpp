@@ -42,8 +42,10 @@
 //   flush, flush_for, freeze, thaw, stop, stop_for
 //                       any thread but the worker; reaper's meaning, for every sharer. After a
 //                       stop, every sharer's queued puts are torn down on the putting thread.
-//   stats, stalled, hurry, nice, set_nice, worker_count, trace_domain, in_own_callback
+//   stats, stalled, hurry, trace_domain, in_own_callback
 //                       any thread; as reaper's.
+//   run, work_fd        driven mode (options' driven, one_reaper): reaper's, for every
+//                       sharer's items; a sharer's run and work_fd forward here.
 //   destructor          stop(). It is destroyed when its last holder goes: every composition
 //                       holds it (std::shared_ptr), so it outlives each of them.
 //
@@ -202,6 +204,20 @@ class shared_worker final : public shared_worker_base {
   template <class Rep, class Period>
   bool stop_for(std::chrono::duration<Rep, Period> timeout) {
     return workers_.stop_for(timeout);
+  }
+  /// Wakes a polling worker at once (reaper::hurry, reaper_pool::hurry).
+  auto hurry() noexcept { return workers_.hurry(); }
+  /// Driven mode (options' driven; one_reaper only): reaper::run and reaper::work_fd, for
+  /// every sharer's items. A sharer's own run and work_fd are these.
+  template <class W = Workers>
+    requires std::same_as<W, one_reaper>
+  drive_result run(drive_limits limits = {}) {
+    return workers_.run(limits);
+  }
+  template <class W = Workers>
+    requires std::same_as<W, one_reaper>
+  int work_fd() const noexcept {
+    return workers_.work_fd();
   }
   reaper_stats stats() const noexcept { return workers_.stats(); }
   bool stalled() const noexcept { return workers_.stalled(); }
