@@ -111,6 +111,16 @@ TEST(DrivenTest, BoundedRunLeavesTheRestAndSignalsAgain) {
   expect_once_each(all);
 }
 
+// Every item costs 1 and counts its teardowns.
+struct unit_traits {
+  std::uint64_t cost(const item&) const { return 1; }
+  bool eligible(const item&, std::uint64_t) const { return true; }
+  void prepare(item&) const {}
+  void destroy(item& x) const { x.runs.fetch_add(1); }
+  std::uint64_t& charge(item&) { return charged; }
+  std::uint64_t charged = 0;
+};
+
 TEST(DrivenTest, NoThreadIsStarted) {
   const std::size_t before = thread_count();
   std::vector<item> all(4);
@@ -120,17 +130,9 @@ TEST(DrivenTest, NoThreadIsStarted) {
     EXPECT_EQ(thread_count(), before);
   }
   expect_once_each(all);  // the destructor stopped, on this thread
-  struct traits {
-    std::uint64_t cost(const item&) const { return 1; }
-    bool eligible(const item&, std::uint64_t) const { return true; }
-    void prepare(item&) const {}
-    void destroy(item& x) const { x.runs.fetch_add(1); }
-    std::uint64_t& charge(item&) { return charged; }
-    std::uint64_t charged = 0;
-  };
   teardown::async_teardown_options opts;
   opts.reaper.driven = true;
-  teardown::async_teardown<item, &item::node, traits> async(opts);
+  teardown::async_teardown<item, &item::node, unit_traits> async(opts);
   std::vector<item> more(2);
   for (item& x : more) EXPECT_EQ(async.put(x), teardown::decision::queued);
   auto domain_opts = teardown::deferred_domain::default_options();
@@ -358,15 +360,6 @@ TEST(DrivenTest, DeferredDomainCountsWhatItsRunsFree) {
   EXPECT_EQ(s.pending_bytes, 0u);
   EXPECT_FALSE(domain.reaper_statistics().running);
 }
-
-struct unit_traits {
-  std::uint64_t cost(const item&) const { return 1; }
-  bool eligible(const item&, std::uint64_t) const { return true; }
-  void prepare(item&) const {}
-  void destroy(item& x) const { x.runs.fetch_add(1); }
-  std::uint64_t& charge(item&) { return charged; }
-  std::uint64_t charged = 0;
-};
 
 // run and work_fd are for one reaper: a pool's workers are threads.
 template <class Async>

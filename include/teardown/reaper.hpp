@@ -1543,6 +1543,17 @@ class reaper final : private detail::fork_participant {
     close_hand(unit);
   }
 
+  // Under control_mutex_: waits until no reap_on_caller is in progress. False: the deadline
+  // passed first.
+  bool await_no_caller_reaps(std::unique_lock<mutex_type>& lock, typename clock_type::time_point deadline) {
+    const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };
+    if (deadline == clock_type::time_point::max()) {
+      control_changed_.wait(lock, no_caller_reaps);
+      return true;
+    }
+    return control_changed_.wait_until(lock, deadline, no_caller_reaps);
+  }
+
   // After the worker ended (or in a fork child): waits for every reap_on_caller in progress,
   // tears down what is queued, then waits out every hand counted before that. Flushers take
   // turns from their drain on, so each flip leaves only older hands on the side waited for. False: the deadline
@@ -1550,12 +1561,7 @@ class reaper final : private detail::fork_participant {
   bool settle_after_stop(typename clock_type::time_point deadline) {
     {
       std::unique_lock lock(control_mutex_);
-      const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };
-      if (deadline == clock_type::time_point::max()) {
-        control_changed_.wait(lock, no_caller_reaps);
-      } else if (!control_changed_.wait_until(lock, deadline, no_caller_reaps)) {
-        return false;
-      }
+      if (!await_no_caller_reaps(lock, deadline)) return false;
     }
     // One settler at a time from its drain on: a settler's own drain is not a hand, so a second
     // settler must not flip and wait out the old side while the first still tears down what
@@ -1877,12 +1883,7 @@ class reaper final : private detail::fork_participant {
         run_one_driven();
       }
       std::unique_lock lock(control_mutex_);
-      const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };
-      if (deadline == clock_type::time_point::max()) {
-        control_changed_.wait(lock, no_caller_reaps);
-      } else if (!control_changed_.wait_until(lock, deadline, no_caller_reaps)) {
-        return false;
-      }
+      if (!await_no_caller_reaps(lock, deadline)) return false;
       if (put_backs_ == put_backs) break;
       put_backs = put_backs_;
     }
