@@ -73,6 +73,7 @@
 #include <utility>
 
 #include "teardown/atomics.hpp"
+#include "teardown/detail/fatal.hpp"
 
 #ifndef TEARDOWN_LLIST_CHECKS
 #ifdef NDEBUG
@@ -96,29 +97,6 @@ namespace detail {
 
 template <class T, llist_node T::*Hook>
 struct hook_traits;
-
-// "job" for teardown::detail::type_name<job>(), from the compiler's pretty function name; used
-// in the checks' messages.
-template <class T>
-constexpr std::string_view type_name() noexcept {
-  std::string_view name = __PRETTY_FUNCTION__;
-  const std::string_view marker = "T = ";
-  const auto start = name.find(marker);
-  if (start == std::string_view::npos) return name;
-  name.remove_prefix(start + marker.size());
-  const auto end = name.find_first_of(";]");
-  return name.substr(0, end);
-}
-
-// Writes all of `text` to stderr with write(2): async-signal-safe, no stdio lock or buffer.
-inline void write_to_stderr(std::string_view text) noexcept {
-  while (!text.empty()) {
-    const ssize_t written = ::write(STDERR_FILENO, text.data(), text.size());
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return;
-    text.remove_prefix(static_cast<std::size_t>(written));
-  }
-}
 
 // "teardown: <what> (element type <type>[, <count> node(s)])" on stderr, then abort.
 // Async-signal-safe: an add may run in a signal handler.

@@ -47,6 +47,8 @@
 #include <string>
 #include <vector>
 
+#include "teardown/detail/fatal.hpp"
+
 namespace teardown::detail {
 
 inline std::uint64_t monotonic_ns() noexcept {
@@ -222,22 +224,6 @@ class fork_registry {
   std::mutex mutex_;
   std::set<fork_participant*> participants_;  // guarded by mutex_
 };
-
-// A misuse that cannot be refused with an exception (a destructor is noexcept) and would
-// otherwise be undefined behaviour: says so on stderr with write(2), which allocates nothing,
-// then aborts.
-[[noreturn]] inline void fatal_misuse(const char* message) noexcept {
-  std::size_t left = std::strlen(message);
-  while (left > 0) {
-    const ssize_t written = ::write(STDERR_FILENO, message, left);
-    if (written <= 0 && errno != EINTR) break;
-    if (written > 0) {
-      message += written;
-      left -= static_cast<std::size_t>(written);
-    }
-  }
-  std::abort();
-}
 
 // now + timeout on Clock, saturating at time_point::max() (no limit) instead of overflowing.
 template <class Clock = std::chrono::steady_clock, class Rep, class Period>
