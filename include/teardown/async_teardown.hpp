@@ -690,7 +690,7 @@ class async_teardown {
   /// Throws std::invalid_argument, changing nothing, outside [-20, 19]. Takes each worker's
   /// control mutex briefly.
   bool set_worker_nice(int value) {
-    if (value < -20 || value > 19) {
+    if (!detail::valid_nice(value)) {
       throw std::invalid_argument("teardown::async_teardown::set_worker_nice: nice must be in [-20, 19], got " +
                                   std::to_string(value));
     }

@@ -171,7 +171,7 @@ class pressure_policy final : private pressure_listener {
     const auto refuse = [](const std::string& what) {
       throw std::invalid_argument("teardown::pressure_policy: " + what);
     };
-    if (opts.pressure_nice < -20 || opts.pressure_nice > 19) {
+    if (!detail::valid_nice(opts.pressure_nice)) {
       refuse("pressure_nice must be in [-20, 19], got " + std::to_string(opts.pressure_nice));
     }
     if (opts.drain_per_event > budget::max_cap) {

@@ -507,8 +507,8 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
   const auto refuse = [&](const std::string& what) {
     throw std::invalid_argument(std::string(who) + ": " + field + what);
   };
-  if (opts.nice < -20 || opts.nice > 19) refuse("nice must be in [-20, 19], got " + std::to_string(opts.nice));
-  if (opts.boost_nice && (*opts.boost_nice < -20 || *opts.boost_nice > 19)) {
+  if (!detail::valid_nice(opts.nice)) refuse("nice must be in [-20, 19], got " + std::to_string(opts.nice));
+  if (opts.boost_nice && !detail::valid_nice(*opts.boost_nice)) {
     refuse("boost_nice must be in [-20, 19], got " + std::to_string(*opts.boost_nice));
   }
   for (int cpu : opts.cpus) {
@@ -864,7 +864,7 @@ class reaper final : private detail::fork_participant {
   /// Any thread, fn included; takes a mutex of its own briefly (never the control mutex: see
   /// "Fork").
   bool set_nice(int value) {
-    if (value < -20 || value > 19) {
+    if (!detail::valid_nice(value)) {
       throw std::invalid_argument("teardown::reaper::set_nice: nice must be in [-20, 19], got " + std::to_string(value));
     }
     const std::lock_guard lock(nice_mutex_);

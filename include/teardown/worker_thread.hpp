@@ -225,6 +225,11 @@ class fork_registry {
   std::set<fork_participant*> participants_;  // guarded by mutex_
 };
 
+// The nice values setpriority(2) accepts.
+inline constexpr int min_nice = -20;
+inline constexpr int max_nice = 19;
+constexpr bool valid_nice(int value) noexcept { return value >= min_nice && value <= max_nice; }
+
 // now + timeout on Clock, saturating at time_point::max() (no limit) instead of overflowing.
 template <class Clock = std::chrono::steady_clock, class Rep, class Period>
 typename Clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) {
