@@ -265,6 +265,8 @@
 #include <unistd.h>
 #endif
 
+#include "teardown/detail/pidfd.hpp"
+
 #if defined(__linux__) && defined(__x86_64__)
 #define TEARDOWN_SHADOW_SUPPORTED 1
 #else
@@ -372,18 +374,7 @@ inline constexpr long sys_close_range = SYS_close_range;
 #else
 inline constexpr long sys_close_range = 436;
 #endif
-#if defined(SYS_pidfd_send_signal)
-inline constexpr long sys_pidfd_send_signal = SYS_pidfd_send_signal;
-#else
-inline constexpr long sys_pidfd_send_signal = 424;
-#endif
-#if defined(SYS_pidfd_open)
-inline constexpr long sys_pidfd_open = SYS_pidfd_open;
-#else
-inline constexpr long sys_pidfd_open = 434;
-#endif
 inline constexpr unsigned long clone_pidfd = 0x00001000;  // CLONE_PIDFD, Linux 5.2
-inline constexpr int id_pidfd = 3;                        // P_PIDFD for waitid, Linux 5.4
 
 // What the helper reads. In static storage of the shared memory: written by the owner before the
 // clone, read by the helper afterwards; the owner writes it again only once that helper is
@@ -830,7 +821,7 @@ inline void kill_and_reap(shadow_state& s, pid_t pid) noexcept {
   const bool by_pidfd = s.pidfd.is_ours();
   if (load_word(s.args.word) != word_exited) {
     if (by_pidfd) {
-      (void)syscall(sys_pidfd_send_signal, s.pidfd.fd, SIGKILL, nullptr, 0);
+      (void)syscall(nr_pidfd_send_signal, s.pidfd.fd, SIGKILL, nullptr, 0);
     } else {
       (void)kill(pid, SIGKILL);
     }
@@ -843,7 +834,7 @@ inline void kill_and_reap(shadow_state& s, pid_t pid) noexcept {
     }
   } else if (by_pidfd) {
     siginfo_t info{};
-    while (syscall(SYS_waitid, id_pidfd, s.pidfd.fd, &info, WEXITED | __WALL, nullptr) < 0 && errno == EINTR) {
+    while (syscall(SYS_waitid, waitid_by_pidfd, s.pidfd.fd, &info, WEXITED | __WALL, nullptr) < 0 && errno == EINTR) {
     }
   } else {
     int status = 0;
@@ -1023,7 +1014,7 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
   }
   const auto pid = static_cast<pid_t>(cloned);
   // The helper cannot be reaped before it reports unless it is killed: pidfd_open names it too.
-  if (pidfd < 0) pidfd = static_cast<int>(syscall(sys_pidfd_open, pid, 0));
+  if (pidfd < 0) pidfd = static_cast<int>(syscall(nr_pidfd_open, pid, 0));
   if (pidfd >= 0) {
     pidfd = off_standard_streams(pidfd);
     if (pidfd >= 0) (void)s.pidfd.adopt(pidfd);  // unidentifiable: go on without it

@@ -140,6 +140,7 @@
 #include <utility>
 
 #include "teardown/budget.hpp"
+#include "teardown/detail/pidfd.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/trace.hpp"
@@ -283,12 +284,6 @@ class process_reaper;
 // ---- end of the public interface ------------------------------------------------------------
 
 namespace detail {
-
-// The same numbers on every architecture (the unified syscall table); older headers lack them.
-inline constexpr long nr_pidfd_send_signal = 424;
-inline constexpr long nr_pidfd_open = 434;
-inline constexpr long nr_process_mrelease = 448;
-inline constexpr int waitid_by_pidfd = 3;  // P_PIDFD, Linux 5.4
 
 [[noreturn]] inline void throw_system_error(int error, const std::string& what) {
   throw std::system_error(error, std::generic_category(), "teardown::process::" + what);
