@@ -14,6 +14,9 @@
 //         perf, bpftrace and SystemTap attach to it without recompiling, e.g.
 //           bpftrace -e 'usdt:./app:teardown:queue { @cost = hist(arg1); }'
 //           bpftrace -e 'usdt:./app:teardown:queue { @cost[arg5] = hist(arg1); }'  (per domain)
+//         A tracer reads a string argument (str(argN)) without faulting its page in: a
+//         string on a page the program has not touched yet reads as "" (rare; the
+//         library's strings are literals, resident once used nearby).
 //         Arguments are the event's fields in the order of the structs below, the domain last:
 //           queue  (id, cost, tid, thread_name, cpu, domain)             arg5 = domain
 //           reap   (id, charged_cost, live_cost, cpu, wait_ns, domain)   arg5 = domain

@@ -26,6 +26,7 @@
 #include <teardown/trace.hpp>
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -322,6 +323,11 @@ int main(int argc, char** argv) {
     return 77;
   }
   pthread_setname_np(pthread_self(), "probe-main");
+  // A tracer reads a string argument without faulting its page in (bpf_probe_read_user_str
+  // in a uprobe may not sleep): a literal on a page this process has not touched yet reads as
+  // "" (CI saw `thread=` for the first direct emit, 2 runs in 12 here). Every page mapped now,
+  // the literals' included, is made resident first; unlocking leaves them mapped.
+  if (mlockall(MCL_CURRENT) == 0) (void)munlockall();
 
   failure_count result;
   install_hooks();
