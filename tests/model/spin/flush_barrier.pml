@@ -121,7 +121,7 @@
  *     cc -O2 -DNP -o pan pan.c && ./pan -l -f -m100000   # property 4
  *   "errors: 0" means the property holds for this configuration. Replay a trail with
  *     spin -t -p [the same -D options] flush_barrier.pml
- *   tests/model/run_spin.sh does all of this; ctest -L model runs the registered checks.
+ *   tests/model/spin/run_spin.sh does all of this; ctest -L model runs the registered checks.
  */
 
 #ifdef LIVENESS

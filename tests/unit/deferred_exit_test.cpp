@@ -4,7 +4,7 @@
 // destructor running on the reaper destroys the rest rather than dropping it, and an exit
 // timeout lets exit proceed past a destructor that never returns, counting what it leaves.
 //
-// Each scenario runs in a fresh process, tests/deferred_exit_child.cpp, started with
+// Each scenario runs in a fresh process, tests/programs/deferred_exit_child.cpp, started with
 // posix_spawn: exit is process-wide, and ThreadSanitizer does not support fork in a threaded
 // process. The child reports one byte per destructor through a pipe ('o': the static it used
 // was alive; 'X': already destroyed). The 30 s limit is a hang guard, not a time assertion.

@@ -1,4 +1,4 @@
-// tests/schedule/schedule.hpp — a deterministic scheduler for the worker protocols.
+// tests/unit/schedule/schedule.hpp — a deterministic scheduler for the worker protocols.
 //
 // The real headers run on real threads, but one at a time: every atomic operation, futex wait
 // or wake, lock, condition wait, sleep, thread start and join of a thread under the scheduler

@@ -63,7 +63,7 @@
  *     spin -a [-DNPROD=3 -DFLUSHERS=2] [-DMUTANT_...] sharded_flush.pml
  *     cc -O2 -DSAFETY -o pan pan.c && ./pan -m100000
  *   "errors: 0" means the properties hold; replay a trail with spin -t -p [options] sharded_flush.pml.
- *   tests/model/run_spin.sh does all of this; ctest -L model runs the registered checks.
+ *   tests/model/spin/run_spin.sh does all of this; ctest -L model runs the registered checks.
  */
 
 #ifndef NPROD

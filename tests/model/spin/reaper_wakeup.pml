@@ -88,7 +88,7 @@
  *   "errors: 0" means the property holds for this configuration. On an error pan writes
  *   reaper_wakeup.pml.trail; replay it with
  *     spin -t -p [the same -D options] /path/to/reaper_wakeup.pml
- *   tests/model/run_spin.sh does all of this; ctest -L model runs the registered checks.
+ *   tests/model/spin/run_spin.sh does all of this; ctest -L model runs the registered checks.
  */
 
 #ifndef NPROD

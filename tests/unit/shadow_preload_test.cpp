@@ -11,7 +11,7 @@
 // the library's helpers are detached, children of init), or, ended, the program's zombies.
 //
 // The cases with tracers, __WALL waiters, sanitizers, other preloads, re-exec, a pids limit and
-// cleared FD_CLOEXEC run tests/shadow_programs/ (shadow_probe, with its own copy of
+// cleared FD_CLOEXEC run tests/programs/shadow_programs/ (shadow_probe, with its own copy of
 // process.hpp, and a GCC -fsanitize=address program), each bounded at 60 s.
 //
 // Nothing asserts a time. Every wait is bounded at 60 s, a hang guard that fails the test. That
@@ -720,7 +720,7 @@ TEST_F(ShadowPreloadTest, LauncherUsageErrorsExitWithStatusTwoAndAMessage) {
 }
 
 
-// ---- tracers, waiters, sanitizers, other preloads, re-exec, limits (tests/shadow_programs) --------
+// ---- tracers, waiters, sanitizers, other preloads, re-exec, limits (tests/programs/shadow_programs) -
 
 std::vector<std::string> probe(const std::vector<std::string>& arguments) {
   std::vector<std::string> command{installed_prefix::launcher().string(), TEARDOWN_SHADOW_PROBE};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# tests/packaging/deb.sh build|consumer|lintian SOURCE_DIR WORK CXX GENERATOR [MAKE_PROGRAM]
+# tests/cmake/packaging/deb.sh build|consumer|lintian SOURCE_DIR WORK CXX GENERATOR [MAKE_PROGRAM]
 #
-# The Debian packages of scripts/package.sh, as ctest checks them (tests/packaging/CMakeLists.txt):
+# The Debian packages of scripts/package.sh, as ctest checks them (tests/cmake/packaging/CMakeLists.txt):
 #   build     scripts/package.sh WORK/debs (the fixture of the other two)
 #   consumer  dpkg -x both packages into WORK/root, check what each holds, build and run the
 #             consumer against the root by find_package and by pkg-config (neither sees

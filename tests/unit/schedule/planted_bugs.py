@@ -5,13 +5,13 @@ TEARDOWN_SCHEDULE_REPLAY=<name>). Each header is restored afterwards, even on an
 in a scratch checkout anyway (`git worktree add --detach /tmp/plant`), since it edits headers
 in place. Needs the default preset configured there.
 
-Usage: tests/schedule/planted_bugs.py [name...]   (default: every bug)
+Usage: tests/unit/schedule/planted_bugs.py [name...]   (default: every bug)
 """
 import pathlib
 import subprocess
 import sys
 
-root = pathlib.Path(__file__).resolve().parents[2]
+root = pathlib.Path(__file__).resolve().parents[3]
 R = 'include/teardown/reaper.hpp'; P = 'include/teardown/reaper_pool.hpp'; T = 'include/teardown/trace.hpp'
 plants = {
  'wake': (R, """    const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
