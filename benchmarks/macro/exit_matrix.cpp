@@ -274,10 +274,12 @@ options parse_options(int argc, char** argv) {
       opts.below_reps = kCommandLine.count(name, value);
     } else if (name == "--sizes") {
       opts.sizes_gib.clear();
-      for (const std::string& part : teardown_bench::split_list(value)) opts.sizes_gib.push_back(kCommandLine.positive(name, part));
+      for (const std::string& part : teardown_bench::split_list(value))
+        opts.sizes_gib.push_back(kCommandLine.positive(name, part));
     } else if (name == "--m") {
       opts.m.clear();
-      for (const std::string& part : teardown_bench::split_list(value)) opts.m.push_back(kCommandLine.count(name, part));
+      for (const std::string& part : teardown_bench::split_list(value))
+        opts.m.push_back(kCommandLine.count(name, part));
     } else if (name == "--each") {
       opts.each_gib = kCommandLine.positive(name, value);
     } else if (name == "--drain-backlog") {
@@ -321,7 +323,8 @@ options parse_options(int argc, char** argv) {
 class memory_gauge {
  public:
   memory_gauge()
-      : meminfo_fd_(open("/proc/meminfo", O_RDONLY | O_CLOEXEC)), zoneinfo_fd_(open("/proc/zoneinfo", O_RDONLY | O_CLOEXEC)) {
+      : meminfo_fd_(open("/proc/meminfo", O_RDONLY | O_CLOEXEC)),
+        zoneinfo_fd_(open("/proc/zoneinfo", O_RDONLY | O_CLOEXEC)) {
     if (meminfo_fd_ < 0) throw std::system_error(errno, std::generic_category(), "open /proc/meminfo");
   }
   memory_gauge(const memory_gauge&) = delete;
@@ -508,7 +511,8 @@ std::uint64_t context_switches(pid_t tid) {
   std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
   std::uint64_t sum = 0;
   for (std::string line; std::getline(status, line);) {
-    if (line.find("ctxt_switches:") != std::string::npos) sum += std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10);
+    if (line.find("ctxt_switches:") != std::string::npos)
+      sum += std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10);
   }
   return sum;
 }
@@ -701,7 +705,9 @@ class matrix {
   }
 
   void exit_latency() {
-    heading("exit_latency      size GiB  async         exit_path ms med [min, max]       memory_back ms med [min, max]   reduction   seed exit_path");
+    heading(
+        "exit_latency      size GiB  async         exit_path ms med [min, max]       memory_back ms med [min, max]   "
+        "reduction   seed exit_path");
     constexpr mode kModes[] = {mode::off, mode::on, mode::compiled_out};
     for (const double gib : opts_.sizes_gib) {
       const double bytes = gib * kGiB;
@@ -722,10 +728,12 @@ class matrix {
         o.set("exit_path_ms", ms).set("measure", "SIGKILL -> waitpid() returns, median");
         const double back = m == mode::off ? seed->off_back_ms : m == mode::on ? seed->on_back_ms : NAN;
         if (!std::isnan(back)) {
-          o.set("memory_back_ms", back).set("memory_back_measure", "nr_free_pages recovered after the kill, single-rep watcher reading");
+          o.set("memory_back_ms", back)
+              .set("memory_back_measure", "nr_free_pages recovered after the kill, single-rep watcher reading");
         }
         if (m == mode::on) o.set("reduction", seed->off_ms / seed->on_ms);
-        if (m == mode::compiled_out) o.set("measure", "CONFIG_ASYNC_MM_TEARDOWN=n build, SIGKILL -> waitpid() returns, median");
+        if (m == mode::compiled_out)
+          o.set("measure", "CONFIG_ASYNC_MM_TEARDOWN=n build, SIGKILL -> waitpid() returns, median");
         return o;
       };
 
@@ -782,10 +790,11 @@ class matrix {
           }
           if (m != mode::compiled_out) row.set("decisions", decisions[i].json());
           const auto s = seed_for(m);
-          table_.push_back(strprintf("                  %8.3g  %-12s  %9.3f [%9.3f, %9.3f]    %9.1f [%9.1f, %9.1f]  %9s   %s",
-                                  gib, name_of(m), e.median, e.min, e.max, b.median, b.min, b.max,
-                                  std::isnan(reduction) ? "" : strprintf("%.1fx", reduction).c_str(),
-                                  s ? strprintf("%.2f ms", seed_ms(*seed, m)).c_str() : ""));
+          table_.push_back(
+              strprintf("                  %8.3g  %-12s  %9.3f [%9.3f, %9.3f]    %9.1f [%9.1f, %9.1f]  %9s   %s", gib,
+                        name_of(m), e.median, e.min, e.max, b.median, b.min, b.max,
+                        std::isnan(reduction) ? "" : strprintf("%.1fx", reduction).c_str(),
+                        s ? strprintf("%.2f ms", seed_ms(*seed, m)).c_str() : ""));
         }
         if (auto s = seed_for(m)) row.set("seed", *s);
         add_row(std::move(row));
@@ -841,7 +850,9 @@ class matrix {
   }
 
   void simultaneous() {
-    heading("simultaneous      M   GiB each  async  tail ms med [min, max]              exit_path_max ms med [min, max]  exits_done ms  seed off -> on");
+    heading(
+        "simultaneous      M   GiB each  async  tail ms med [min, max]              exit_path_max ms med [min, max]  "
+        "exits_done ms  seed off -> on");
     constexpr mode kModes[] = {mode::off, mode::on};
     for (const int m : opts_.m) {
       const double bytes_each = opts_.each_gib * kGiB;
@@ -874,7 +885,8 @@ class matrix {
       for (int rep = 0; rep < opts_.reps && !failed; ++rep) {
         for (const mode md : kModes) {
           const int i = static_cast<int>(md);
-          progress("simultaneous M=%d x %.3g GiB async=%s rep %d/%d: ", m, opts_.each_gib, name_of(md), rep + 1, opts_.reps);
+          progress("simultaneous M=%d x %.3g GiB async=%s rep %d/%d: ", m, opts_.each_gib, name_of(md), rep + 1,
+                   opts_.reps);
           try {
             const simultaneous_sample s =
                 k.with(md, [&](auto& kernel) { return simultaneous_exits(kernel, m, bytes_each); });
@@ -901,11 +913,15 @@ class matrix {
           const summary t = summarize(tail[i]);
           const summary s = summarize(slowest[i]);
           const summary d = summarize(done[i]);
-          row.set("tail_ms", t).set("exit_path_max_ms", s).set("exits_done_ms", d).set("decisions", decisions[i].json());
+          row.set("tail_ms", t)
+              .set("exit_path_max_ms", s)
+              .set("exits_done_ms", d)
+              .set("decisions", decisions[i].json());
           if (timeouts[i] != 0) row.set("memory_back_timeouts", timeouts[i]);
-          table_.push_back(strprintf("                  %3d  %8.3g  %-5s  %9.1f [%9.1f, %9.1f]    %9.3f [%9.3f, %9.3f]   %9.3f      %s", m,
-                                  opts_.each_gib, name_of(md), t.median, t.min, t.max, s.median, s.min, s.max, d.median,
-                                  seed != nullptr ? strprintf("%.2f -> %.2f ms", seed->off_ms, seed->on_ms).c_str() : ""));
+          table_.push_back(strprintf(
+              "                  %3d  %8.3g  %-5s  %9.1f [%9.1f, %9.1f]    %9.3f [%9.3f, %9.3f]   %9.3f      %s", m,
+              opts_.each_gib, name_of(md), t.median, t.min, t.max, s.median, s.min, s.max, d.median,
+              seed != nullptr ? strprintf("%.2f -> %.2f ms", seed->off_ms, seed->on_ms).c_str() : ""));
         }
         add_row(std::move(row));
       }
@@ -960,8 +976,8 @@ class matrix {
       json_object row = row_for(md);
       row.set("exit_path_ms", e).set("reps", opts_.below_reps).set("decisions", decisions[i].json());
       add_row(std::move(row));
-      table_.push_back(strprintf("                  %3g  %-5s  %9.3f [%9.3f, %9.3f]    %.2f ms", kBelowThresholdMiB, name_of(md), e.median,
-                              e.min, e.max, md == mode::off ? 0.56 : 0.60));
+      table_.push_back(strprintf("                  %3g  %-5s  %9.3f [%9.3f, %9.3f]    %.2f ms", kBelowThresholdMiB,
+                                 name_of(md), e.median, e.min, e.max, md == mode::off ? 0.56 : 0.60));
     }
     const double off = summarize(exit_ms[0]).median, on = summarize(exit_ms[1]).median;
     table_.push_back(strprintf("                  on / off = %.3f (seed: 0.60 / 0.56 = %.3f)", on / off, 0.60 / 0.56));
@@ -977,9 +993,9 @@ class matrix {
     const double allowed = opts_.mem_fraction * static_cast<double>(mem_.available_bytes());
     if (count * bytes_each > allowed) {
       const int fits = static_cast<int>(allowed / bytes_each);
-      capped = strprintf("backlog cut from %d to %d x %.3g GiB: %.2f GiB would be above %.0f%% of MemAvailable (%.2f GiB)",
-                      count, fits, opts_.each_gib, count * opts_.each_gib, opts_.mem_fraction * 100,
-                      allowed / opts_.mem_fraction / kGiB);
+      capped = strprintf(
+          "backlog cut from %d to %d x %.3g GiB: %.2f GiB would be above %.0f%% of MemAvailable (%.2f GiB)", count,
+          fits, opts_.each_gib, count * opts_.each_gib, opts_.mem_fraction * 100, allowed / opts_.mem_fraction / kGiB);
       count = fits;
     }
     const double backlog_gib = count * opts_.each_gib;
@@ -1029,8 +1045,9 @@ class matrix {
     if (!seconds.empty()) {
       const summary s = summarize(seconds);
       row.set("seconds", s).set("gib_per_s", backlog_gib / s.median);
-      table_.push_back(strprintf("                  %11.3g  %7.3f [%7.3f, %7.3f]      %7.2f   ~25 GB/s (16.4GB in 650ms)%s",
-                              backlog_gib, s.median, s.min, s.max, backlog_gib / s.median, capped ? " (capped)" : ""));
+      table_.push_back(
+          strprintf("                  %11.3g  %7.3f [%7.3f, %7.3f]      %7.2f   ~25 GB/s (16.4GB in 650ms)%s",
+                    backlog_gib, s.median, s.min, s.max, backlog_gib / s.median, capped ? " (capped)" : ""));
     }
     add_row(std::move(row.set("seed", seed)));
   }
@@ -1060,7 +1077,8 @@ class matrix {
       try {
         double inline_total = 0;
         for (int t = 0; t < kTeardownsPerCpuWindow; ++t) {
-          progress("cpu_conservation inline rep %d/%d teardown %d/%d: ", rep + 1, opts_.reps, t + 1, kTeardownsPerCpuWindow);
+          progress("cpu_conservation inline rep %d/%d teardown %d/%d: ", rep + 1, opts_.reps, t + 1,
+                   kTeardownsPerCpuWindow);
           auto task = populate(k.off, bytes);
           const double before = thread_cpu_ms();
           (void)task->exit();
@@ -1073,7 +1091,8 @@ class matrix {
         double exit_path_total = 0;
         int queued = 0;
         for (int t = 0; t < kTeardownsPerCpuWindow; ++t) {
-          progress("cpu_conservation reaper rep %d/%d teardown %d/%d: ", rep + 1, opts_.reps, t + 1, kTeardownsPerCpuWindow);
+          progress("cpu_conservation reaper rep %d/%d teardown %d/%d: ", rep + 1, opts_.reps, t + 1,
+                   kTeardownsPerCpuWindow);
           auto task = populate(k.on, bytes);
           const double before = thread_cpu_ms();
           const auto decided = task->exit();
@@ -1090,8 +1109,8 @@ class matrix {
         inline_ms.push_back(inline_total);
         reaper_ms.push_back(reaper_total);
         on_exit_ms.push_back(exit_path_total);
-        progress("cpu_conservation rep %d/%d: inline %.1f ms, reaper %.1f ms, ratio %.2f\n", rep + 1, opts_.reps, inline_total,
-                 reaper_total, reaper_total / inline_total);
+        progress("cpu_conservation rep %d/%d: inline %.1f ms, reaper %.1f ms, ratio %.2f\n", rep + 1, opts_.reps,
+                 inline_total, reaper_total, reaper_total / inline_total);
       } catch (const std::exception& e) {
         failed = std::string("failed: ") + e.what();
         progress("%s\n", failed->c_str());
@@ -1106,8 +1125,8 @@ class matrix {
           .set("ratio", reaper_median / inline_median)
           .set("on_exit_path_cpu_ms", summarize(on_exit_ms).median)
           .set("reps", static_cast<int>(inline_ms.size()));
-      table_.push_back(strprintf("                  %7.3g  %13.1f  %13.1f  %5.2f   372 -> 440 ms, 1.18 (5 x 4GB)", gib, inline_median,
-                              reaper_median, reaper_median / inline_median));
+      table_.push_back(strprintf("                  %7.3g  %13.1f  %13.1f  %5.2f   372 -> 440 ms, 1.18 (5 x 4GB)", gib,
+                                 inline_median, reaper_median, reaper_median / inline_median));
     }
     add_row(std::move(row.set("seed", seed)));
   }
@@ -1151,7 +1170,9 @@ class matrix {
   shadow_sample shadow_run(double bytes, bool with_shadow);
 
   void shadow_peer() {
-    heading("shadow_peer       GiB  shadow  kill->waitpid ms med [min, max]    shadow teardown ms med [min, max]  memory held");
+    heading(
+        "shadow_peer       GiB  shadow  kill->waitpid ms med [min, max]    shadow teardown ms med [min, max]  memory "
+        "held");
     for (const double gib : opts_.sizes_gib) {
       const double bytes = gib * kGiB;
       auto row_for = [&](bool shadow) {
@@ -1202,8 +1223,8 @@ class matrix {
             row.set("shadow_teardown_ms", t).set("memory_held_by_shadow", always_held);
             tail = strprintf("%9.1f [%9.1f, %9.1f]        %s", t.median, t.min, t.max, always_held ? "yes" : "NO");
           }
-          table_.push_back(strprintf("                  %3g  %-6s  %9.3f [%9.3f, %9.3f]       %s", gib, shadow ? "yes" : "no", k.median,
-                                  k.min, k.max, tail.c_str()));
+          table_.push_back(strprintf("                  %3g  %-6s  %9.3f [%9.3f, %9.3f]       %s", gib,
+                                     shadow ? "yes" : "no", k.median, k.min, k.max, tail.c_str()));
         }
         add_row(std::move(row));
       }
@@ -1224,7 +1245,8 @@ class matrix {
     bool unhurried = false;  // the row waits for the teardown before its flush (which would hurry it)
   };
 
-  static labelled_kernel make_kernel(std::string label, bool async, teardown::reaper_options reaper, int exit_cpu = -1) {
+  static labelled_kernel make_kernel(std::string label, bool async, teardown::reaper_options reaper,
+                                     int exit_cpu = -1) {
     teardown::model::mm_system_options opts = kernel_options(async);
     std::string name = reaper.name;
     opts.reaper = std::move(reaper);
@@ -1335,8 +1357,8 @@ class matrix {
           const bool queued = s.decided == teardown::decision::queued;
           if (queued != kernels[i].deferred) throw std::runtime_error("an exit was not decided as the kernel says");
           samples[i].push_back(s);
-          progress(", exit %.1f us, memory back %.1f ms, CPU %.1f ms, CAL %.0f, RES %.0f\n", s.exit_us, s.memory_back_ms,
-                   s.teardown_cpu_ms, s.cal, s.res);
+          progress(", exit %.1f us, memory back %.1f ms, CPU %.1f ms, CAL %.0f, RES %.0f\n", s.exit_us,
+                   s.memory_back_ms, s.teardown_cpu_ms, s.cal, s.res);
         } catch (const std::exception& e) {
           failed = std::string("failed: ") + e.what();
           progress("%s\n", failed->c_str());
@@ -1392,7 +1414,8 @@ class matrix {
             .set("cpu_vs_inline", cpu / inline_cpu)
             .set("reps", static_cast<int>(samples[i].size()));
         table_.push_back(strprintf(
-            "                  %6.3g  %-18s %9.2f  1/%-7.0f %7.2f %8.2f %9.1f  %7.1f %6.3f  %7.1f %6.3f  %7.1f %6.3f  %5.0f %5.0f %5.0f",
+            "                  %6.3g  %-18s %9.2f  1/%-7.0f %7.2f %8.2f %9.1f  %7.1f %6.3f  %7.1f %6.3f  %7.1f %6.3f  "
+            "%5.0f %5.0f %5.0f",
             gib, kernels[i].label.c_str(), exit, inline_exit / exit, median_of(i, &teardown_sample::bookkeeping_us),
             median_of(i, &teardown_sample::enqueue_us), median_of(i, &teardown_sample::start_delay_us), torn,
             torn / inline_torn, back, back / inline_back, cpu, cpu / inline_cpu, median_of(i, &teardown_sample::cal),
@@ -1400,8 +1423,9 @@ class matrix {
         const double lost = median_of(i, &teardown_sample::spinners_lost_ms);
         if (!std::isnan(lost)) {
           row.set("lost_cpu_vs_teardown_cpu", lost / cpu);
-          table_.push_back(strprintf("                  %6.3g  %-18s the spinners lost %.1f ms of CPU meanwhile: %.2f x the teardown's",
-                                     gib, kernels[i].label.c_str(), lost, lost / cpu));
+          table_.push_back(strprintf(
+              "                  %6.3g  %-18s the spinners lost %.1f ms of CPU meanwhile: %.2f x the teardown's", gib,
+              kernels[i].label.c_str(), lost, lost / cpu));
         }
       }
       add_row(std::move(row));
@@ -1409,7 +1433,8 @@ class matrix {
   }
 
   static constexpr const char* kTeardownHeading =
-      "%-17s GiB  kernel              exit us  of inline  bookkp  enq+wake  start us  torn ms  /inl    back ms /inl    CPU ms  /inl    CAL   RES   w.csw";
+      "%-17s GiB  kernel              exit us  of inline  bookkp  enq+wake  start us  torn ms  /inl    back ms /inl    "
+      "CPU ms  /inl    CAL   RES   w.csw";
 
   // The deferred exit split into the model's bookkeeping (task::exit, mmput_exit, put's steps up
   // to the enqueue), the enqueue with its wake, and the teardown's start delay, for the default
@@ -1477,8 +1502,8 @@ class matrix {
                   .set("bookkeeping_us", b)
                   .set("enqueue_and_wake_us", q)
                   .set("samples", static_cast<int>(exit_us.size())));
-      table_.push_back(strprintf("                  %6.3g  %-18s %9.2f  (warm: simulated mm, back to back) %7.2f %8.2f", gib,
-                                 k.label.c_str(), e.median, b.median, q.median));
+      table_.push_back(strprintf("                  %6.3g  %-18s %9.2f  (warm: simulated mm, back to back) %7.2f %8.2f",
+                                 gib, k.label.c_str(), e.median, b.median, q.median));
     }
     (void)teardown::trace::remove_hook<teardown::trace::queue_event>(&on_queue);
   }
@@ -1500,7 +1525,8 @@ class matrix {
     kernels.push_back(make_kernel("reaper_other_cpu", true, {.name = "mmr_other", .cpus = {other}}, 0));
     kernels.push_back(make_kernel("reaper_same_nice0", true, {.name = "mmr_same0", .nice = 0, .cpus = {0}}, 0));
     const auto poll = std::chrono::nanoseconds(static_cast<std::int64_t>(opts_.poll_interval_us * 1e3));
-    kernels.push_back(make_kernel("poll_same_cpu", true, {.name = "mmr_poll_same", .cpus = {0}, .poll_interval = poll}, 0));
+    kernels.push_back(
+        make_kernel("poll_same_cpu", true, {.name = "mmr_poll_same", .cpus = {0}, .poll_interval = poll}, 0));
     teardown_rows("placement", gib, kernels);
   }
 
@@ -1513,7 +1539,8 @@ class matrix {
     const double gib = opts_.sizes_gib.front();
     std::vector<labelled_kernel> kernels;
     kernels.push_back(make_kernel("inline", false, {.name = "mmr_busy_inl"}));
-    kernels.push_back(make_kernel("deferred_no_boost", true, {.name = "mmr_busy_nb", .boost_after = std::chrono::nanoseconds(0)}));
+    kernels.push_back(
+        make_kernel("deferred_no_boost", true, {.name = "mmr_busy_nb", .boost_after = std::chrono::nanoseconds(0)}));
     kernels.push_back(make_kernel("deferred_boost", true, {.name = "mmr_busy_boost"}));
     {
       const teardown_bench::cpu_hogs hogs(opts_.busy);
@@ -1522,9 +1549,10 @@ class matrix {
       busy_ = nullptr;
     }
     for (std::size_t i = 1; i < kernels.size(); ++i) {
-      table_.push_back(strprintf("                  %6.3g  %-18s %d spinners at nice 0; the worker was boosted %llu times",
-                                 gib, kernels[i].label.c_str(), opts_.busy,
-                                 static_cast<unsigned long long>(kernels[i].kernel->reaper_statistics().boosts)));
+      table_.push_back(
+          strprintf("                  %6.3g  %-18s %d spinners at nice 0; the worker was boosted %llu times", gib,
+                    kernels[i].label.c_str(), opts_.busy,
+                    static_cast<unsigned long long>(kernels[i].kernel->reaper_statistics().boosts)));
     }
   }
 
@@ -1536,7 +1564,8 @@ class matrix {
   static inline std::atomic<std::uint64_t> probe_started_ns{0};
   struct probe_fn {
     void operator()(probe_item&) const noexcept {
-      probe_started_ns.store(teardown::detail::monotonic_ns(), std::memory_order_release);  // pairs with the waiter's acquire
+      probe_started_ns.store(teardown::detail::monotonic_ns(),
+                             std::memory_order_release);  // pairs with the waiter's acquire
     }
   };
   using probe_reaper = teardown::reaper<probe_item, &probe_item::hook, probe_fn>;
@@ -1570,7 +1599,9 @@ class matrix {
   // The wake's cost on the producer as a function of how long the worker slept, against the
   // polling reaper's enqueue (no wake) after the same idle time.
   void wake_vs_idle() {
-    heading("wake_vs_idle      idle ms  policy         enqueue ns p50 [min, max]       teardown start us p50 [max]   wakeups/enq");
+    heading(
+        "wake_vs_idle      idle ms  policy         enqueue ns p50 [min, max]       teardown start us p50 [max]   "
+        "wakeups/enq");
     const auto poll = std::chrono::nanoseconds(static_cast<std::int64_t>(opts_.poll_interval_us * 1e3));
     struct level {
       std::chrono::microseconds idle;
@@ -1600,8 +1631,9 @@ class matrix {
                     .set("teardown_start_us", st)
                     .set("wakeups_per_enqueue", wakeups)
                     .set("samples", count));
-        table_.push_back(strprintf("                  %7.3g  %-13s  %9.0f [%9.0f, %9.0f]      %9.1f [%9.1f]            %.2f",
-                                   l.idle.count() / 1e3, name.c_str(), e.median, e.min, e.max, st.median, st.max, wakeups));
+        table_.push_back(
+            strprintf("                  %7.3g  %-13s  %9.0f [%9.0f, %9.0f]      %9.1f [%9.1f]            %.2f",
+                      l.idle.count() / 1e3, name.c_str(), e.median, e.min, e.max, st.median, st.max, wakeups));
       }
     }
   }
@@ -1639,7 +1671,8 @@ class matrix {
                                      : sample_enqueues(reaper, std::chrono::microseconds(3000), opts_.quick ? 10 : 50);
       const summary st = summarize(s.start_us);
       const std::string name = us == 0 ? "wake" : lazy ? strprintf("%g-%g", us, max_us) : strprintf("%g", us);
-      progress("poll_price %s: %.1f us CPU/s, %.0f polls/s, start p50 %.1f us\n", name.c_str(), cpu_us_per_s, polls_per_s, st.median);
+      progress("poll_price %s: %.1f us CPU/s, %.0f polls/s, start p50 %.1f us\n", name.c_str(), cpu_us_per_s,
+               polls_per_s, st.median);
       add_row(json_object()
                   .set("kind", "poll_price")
                   .set("poll_interval_us", us)
@@ -1648,8 +1681,8 @@ class matrix {
                   .set("polls_per_s", polls_per_s)
                   .set("teardown_start_us", st)
                   .set("enqueue_ns", summarize(s.enqueue_ns)));
-      table_.push_back(strprintf("                  %11s  %13.1f  %7.0f   %9.1f [%9.1f]", name.c_str(), cpu_us_per_s, polls_per_s,
-                                 st.median, st.max));
+      table_.push_back(strprintf("                  %11s  %13.1f  %7.0f   %9.1f [%9.1f]", name.c_str(), cpu_us_per_s,
+                                 polls_per_s, st.median, st.max));
     }
   }
 
@@ -1706,7 +1739,8 @@ int shadow_main(void* arg) {
     if (with_shadow) {
       shadow_args = {parent, report_fd};
       // A process of its own (no CLONE_THREAD), so the child's exit does not wait for it.
-      const int pid = clone(shadow_main, shadow_stack + sizeof shadow_stack, CLONE_VM | CLONE_PARENT | SIGCHLD, &shadow_args);
+      const int pid =
+          clone(shadow_main, shadow_stack + sizeof shadow_stack, CLONE_VM | CLONE_PARENT | SIGCHLD, &shadow_args);
       if (pid < 0) {
         report.error = errno;
         report.step = 2;
@@ -1746,7 +1780,8 @@ matrix::shadow_sample matrix::shadow_run(double bytes, bool with_shadow) {
   const auto report = teardown_bench::read_child_report<child_report>(pipe_fds[0], timeout_ms, "the child");
   if (report.shadow > 0) children.hold(report.shadow);
   if (report.error != 0) {
-    throw std::system_error(report.error, std::generic_category(), report.step == 1 ? "child: mmap" : "child: clone(CLONE_VM)");
+    throw std::system_error(report.error, std::generic_category(),
+                            report.step == 1 ? "child: mmap" : "child: clone(CLONE_VM)");
   }
   progress("%.1f s", ms_between(populate_start, clock_type::now()) / 1e3);
 

@@ -413,7 +413,8 @@ int main(int argc, char** argv) {
       const fork_summary s = summarize_forks(report);
       const std::vector<std::uint64_t> queued(report.queued, report.queued + report.forks);
       std::vector<std::uint64_t> each_us;
-      for (int f = 0; f < report.forks; ++f) each_us.push_back(static_cast<std::uint64_t>(std::lround(report.fork_ms[f] * 1e3)));
+      for (int f = 0; f < report.forks; ++f)
+        each_us.push_back(static_cast<std::uint64_t>(std::lround(report.fork_ms[f] * 1e3)));
       json_object row;
       row.set("row", kRowNames[i]).set("forks", report.forks)
           .set("fork_ms", json_object().set("p50", s.p50).set("p90", s.p90).set("max", s.max).set("min", s.min))

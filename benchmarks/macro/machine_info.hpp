@@ -1,5 +1,5 @@
 // What machine a macro benchmark ran on, read from /proc and uname: shared by exit_matrix,
-// pool_bench, process_bench, rfc_questions and oom_reap_bench, which record it beside their
+// pool_bench, process_bench, mm_reaper_tradeoffs and oom_reap_bench, which record it beside their
 // figures.
 #pragma once
 

@@ -1,5 +1,5 @@
 // What the plain (not Google Benchmark) macro benchmarks share: exit_matrix, pool_bench,
-// process_bench, fork_bench, oom_reap_bench and rfc_questions. Each of them times a few repetitions of a
+// process_bench, fork_bench, oom_reap_bench and mm_reaper_tradeoffs. Each of them times a few repetitions of a
 // scenario, summarises them as median / min / max, writes one JSON document and reads its flags
 // the same way; keeping that here means a fix to the JSON escaping or to a flag's checks reaches
 // every program, and their documents stay alike. machine_info.hpp says what machine they ran on.
@@ -191,7 +191,9 @@ class command_line {
     std::vector<std::string> switches;
     std::vector<std::pair<std::string, std::string>> flags;  // in command-line order
 
-    bool has(std::string_view name) const { return std::find(switches.begin(), switches.end(), name) != switches.end(); }
+    bool has(std::string_view name) const {
+      return std::find(switches.begin(), switches.end(), name) != switches.end();
+    }
   };
 
   // The switches (any of `switch_names`) and flags of argv; --help or -h prints the usage on
@@ -241,7 +243,8 @@ class command_line {
   // A whole number from 1 to `most`.
   int count(std::string_view flag, const std::string& text, int most = 100000) const {
     const double value = positive(flag, text);
-    if (value != std::floor(value) || value > most) usage_error(std::string(flag) + ": \"" + text + "\" is not a count");
+    if (value != std::floor(value) || value > most)
+      usage_error(std::string(flag) + ": \"" + text + "\" is not a count");
     return static_cast<int>(value);
   }
 
@@ -342,7 +345,8 @@ Report read_child_report(int fd, int timeout_ms, const char* who) {
   const ssize_t got = polled == 1 ? read(fd, &report, sizeof report) : -1;
   close(fd);
   if (polled == 0) throw std::runtime_error(strprintf("%s did not populate within %d s", who, timeout_ms / 1000));
-  if (got != static_cast<ssize_t>(sizeof report)) throw std::runtime_error(std::string(who) + " died before it reported");
+  if (got != static_cast<ssize_t>(sizeof report))
+    throw std::runtime_error(std::string(who) + " died before it reported");
   return report;
 }
 

@@ -1,7 +1,9 @@
-// rfc_questions: what the model kernel, on real memory, can say about the RFC's open questions
-// 1, 2, 3 and 6 (seed 000's cover letter). docs/rfc-questions.md explains each answer and its
-// limits; this program produces the tables there. Not a Google Benchmark program: each case is a
-// scenario of seconds on real memory, repeated a few times, and reported as medians and maxima.
+// mm_reaper_tradeoffs (rfc_questions before): what the model kernel, on real memory, can say
+// about the RFC's open questions 1, 2, 3 and 6 (seed 000's cover letter): the max_pending_pages
+// default, one reaper or several, CPU accounting, the freeze latency bound. docs/rfc-questions.md
+// explains each answer and its limits; this program produces the tables there. Not a Google
+// Benchmark program: each case is a scenario of seconds on real memory, repeated a few times,
+// and reported as medians and maxima.
 //
 //   Q1  the max_pending_pages default. A supervisor kills a worker of S and respawns one of the
 //       same size at once, R times, under each cap: off, W/16, W/8, W/4, W/2 and unlimited,
@@ -195,8 +197,9 @@ class json {
       case kind::array: {
         if (items_.empty()) return "[]";
         // Arrays of plain values stay on one line.
-        const bool flat = std::all_of(items_.begin(), items_.end(),
-                                      [](const json& item) { return item.kind_ != kind::object && item.kind_ != kind::array; });
+        const bool flat = std::all_of(items_.begin(), items_.end(), [](const json& item) {
+          return item.kind_ != kind::object && item.kind_ != kind::array;
+        });
         std::string out = "[";
         for (std::size_t i = 0; i < items_.size(); ++i) {
           out += i == 0 ? "" : ",";
@@ -209,7 +212,8 @@ class json {
         if (members_.empty()) return "{}";
         std::string out = "{";
         for (std::size_t i = 0; i < members_.size(); ++i) {
-          out += (i == 0 ? "\n" : ",\n") + pad + teardown_bench::json_quoted(members_[i].first) + ": " + members_[i].second.dump(depth + 1);
+          out += (i == 0 ? "\n" : ",\n") + pad + teardown_bench::json_quoted(members_[i].first) + ": " +
+                 members_[i].second.dump(depth + 1);
         }
         return out + "\n" + end_pad + "}";
       }
@@ -274,10 +278,11 @@ double fitted_gib(double wanted, double at_once, const char* question) {
 // here (16 MiB), the given cap (unlimited by default) and the reaper's CPUs (empty: all).
 std::unique_ptr<mm_system> make_kernel(bool async, std::uint64_t max_pending = teardown::budget::max_cap,
                                        std::vector<int> reaper_cpus = {}) {
-  return std::make_unique<mm_system>(mm_system_options{.async_mm_teardown = async,
-                                                       .thresh_pages = pages_of(1.0 / 64),
-                                                       .max_pending_pages = max_pending,
-                                                       .reaper = {.name = "mm_reaper", .cpus = std::move(reaper_cpus)}});
+  return std::make_unique<mm_system>(
+      mm_system_options{.async_mm_teardown = async,
+                        .thresh_pages = pages_of(1.0 / 64),
+                        .max_pending_pages = max_pending,
+                        .reaper = {.name = "mm_reaper", .cpus = std::move(reaper_cpus)}});
 }
 
 // Pins the calling thread to one CPU while it lives; restores its mask after.
@@ -288,7 +293,8 @@ class pinned_thread {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    if (sched_setaffinity(0, sizeof one, &one) != 0) throw std::runtime_error("rfc_questions: cannot pin to a CPU");
+    if (sched_setaffinity(0, sizeof one, &one) != 0)
+      throw std::runtime_error("mm_reaper_tradeoffs: cannot pin to a CPU");
   }
   ~pinned_thread() {
     if (have_previous_) sched_setaffinity(0, sizeof previous_, &previous_);
@@ -380,7 +386,9 @@ class peak_meter {
   peak_meter(const peak_meter&) = delete;
   peak_meter& operator=(const peak_meter&) = delete;
 
-  const char* method() const { return exact_ ? "VmHWM after clear_refs 5" : "MemAvailable low-water mark (1 ms samples)"; }
+  const char* method() const {
+    return exact_ ? "VmHWM after clear_refs 5" : "MemAvailable low-water mark (1 ms samples)";
+  }
 
   // The baseline: what the process (or the machine) holds with none of the measured memory.
   void set_baseline() {
@@ -399,7 +407,8 @@ class peak_meter {
     sampler_ = std::thread([this] {
       while (sampling_.load(std::memory_order_relaxed)) {
         const double now = mem_available_gib();
-        if (now < lowest_available_.load(std::memory_order_relaxed)) lowest_available_.store(now, std::memory_order_relaxed);
+        if (now < lowest_available_.load(std::memory_order_relaxed))
+          lowest_available_.store(now, std::memory_order_relaxed);
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     });
@@ -449,8 +458,8 @@ json q1_table(const settings& run, double size, int reps, int shared_cpu) {
 
   std::printf("%-10s %9s %10s %10s %10s %10s %10s %6s %7s %9s\n", "cap", "cap", "exit p50", "exit max", "ready p50",
               "peak held", "peak held", "queued", "fell", "pending");
-  std::printf("%-10s %9s %10s %10s %10s %10s %10s %6s %7s %9s\n", "", "(GiB)", "(ms)", "(ms)", "(ms)", "(GiB)", "(S)", "",
-              "back", "max (S)");
+  std::printf("%-10s %9s %10s %10s %10s %10s %10s %6s %7s %9s\n", "", "(GiB)", "(ms)", "(ms)", "(ms)", "(GiB)", "(S)",
+              "", "back", "max (S)");
   json table = json::object();
   table["size_gib"] = size;
   table["reps"] = reps;
@@ -769,7 +778,8 @@ json question_1(const settings& run) {
     result["near_limit"] = q1_pressure_table(run, near_size, near_reps, shared_cpu);
     return result;
   }
-  std::printf("\n(a) spare CPU: S = %s; the reaper may run on any of the %u CPUs.\n\n", size_label(size).c_str(), run.cpus);
+  std::printf("\n(a) spare CPU: S = %s; the reaper may run on any of the %u CPUs.\n\n", size_label(size).c_str(),
+              run.cpus);
   result["spare_cpu"] = q1_table(run, size, reps, -1);
   std::printf("\n(b) no spare CPU: S = %s; supervisor and reaper pinned to CPU %d, so the nice-19 reaper\n"
               "runs only in what the supervisor leaves (a busy machine).\n\n",
@@ -919,11 +929,12 @@ json question_3(const settings& run) {
   const double inline_total = inline_ms[0] + inline_ms[1];
   std::printf("%-8s %16.2f %16.3f %18.2f %10.2f\n", "A + B", inline_total, deferred_exit_ms[0] + deferred_exit_ms[1],
               charged, inline_total > 0 ? charged / inline_total : 0.0);
-  std::printf("\nreaper thread CPU over the deferred runs: %.2f ms; charged to A + B: %.2f ms (%.1f%%); the rest,\n"
-              "%.2f ms, is the worker's own polling, wake-ups and bookkeeping, which no owner is charged for.\n"
-              "Share charged to A: %.1f%% (it owns %zu of the %zu processes).\n",
-              worker_delta_ms, charged, worker_delta_ms > 0 ? 100 * charged / worker_delta_ms : 0.0, worker_delta_ms - charged,
-              charged > 0 ? 100 * reaper_ms[0] / charged : 0.0, per_group[0], processes);
+  std::printf(
+      "\nreaper thread CPU over the deferred runs: %.2f ms; charged to A + B: %.2f ms (%.1f%%); the rest,\n"
+      "%.2f ms, is the worker's own polling, wake-ups and bookkeeping, which no owner is charged for.\n"
+      "Share charged to A: %.1f%% (it owns %zu of the %zu processes).\n",
+      worker_delta_ms, charged, worker_delta_ms > 0 ? 100 * charged / worker_delta_ms : 0.0, worker_delta_ms - charged,
+      charged > 0 ? 100 * reaper_ms[0] / charged : 0.0, per_group[0], processes);
   result["rows"] = std::move(rows);
   result["reaper_worker_cpu_delta_ms"] = worker_delta_ms;
   result["charged_ms"] = charged;
@@ -935,7 +946,8 @@ json question_3(const settings& run) {
 // ---- Q6: the freeze latency bound -------------------------------------------------------------
 
 std::uint64_t now_ns() {
-  return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count());
+  return std::uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count());
 }
 
 // The reap trace point fires on the reaper just before each teardown. Its timestamps give each
@@ -952,7 +964,8 @@ struct reap_log {
 };
 
 json question_6(const settings& run) {
-  const std::vector<double> sizes = run.quick ? std::vector<double>{1.0 / 16, 1.0 / 8, 1.0 / 4} : std::vector<double>{0.25, 0.5, 1.0};
+  const std::vector<double> sizes =
+      run.quick ? std::vector<double>{1.0 / 16, 1.0 / 8, 1.0 / 4} : std::vector<double>{0.25, 0.5, 1.0};
   const double backlog_gib = (run.quick ? 0.5 : 2.0) * run.scale;
   const std::size_t wanted_samples = run.quick ? 2 : 10;
   std::mt19937 random(6);  // fixed: the same freeze moments each run
@@ -1041,8 +1054,9 @@ json question_6(const settings& run) {
         const std::size_t started = reap_log::count.load(std::memory_order_relaxed);
         kernel->thaw();
         const std::uint64_t thawed = now_ns();
-        spans.push_back({std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(parked.time_since_epoch()).count()),
-                         thawed, started, ms_between(start, parked)});
+        spans.push_back(
+            {std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(parked.time_since_epoch()).count()),
+             thawed, started, ms_between(start, parked)});
         started_max = std::max<std::uint64_t>(started_max, started - started_before);
       }
       kernel->flush();
@@ -1114,7 +1128,8 @@ json machine_json(const settings& run) {
 
 int usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s [--quick] [--questions 1,2,3,6] [--q1-pressure-only] [--q1-busy-ms N] [--q1-stall-ms N] [--q1-tight] [--out FILE] [--scale F] [--reps N]\n",
+               "usage: %s [--quick] [--questions 1,2,3,6] [--q1-pressure-only] [--q1-busy-ms N] [--q1-stall-ms N] "
+               "[--q1-tight] [--out FILE] [--scale F] [--reps N]\n",
                program);
   return 2;
 }
@@ -1170,11 +1185,11 @@ int main(int argc, char** argv) {
   }
 
   json results = json::object();
-  results["program"] = "rfc_questions";
+  results["program"] = "mm_reaper_tradeoffs";
   results["mode"] = run.quick ? "quick" : "full";
   results["scale"] = run.scale;
   results["machine"] = machine_json(run);
-  std::printf("rfc_questions (%s): the model kernel on real memory. %u CPUs usable, %s, %.1f GiB RAM (%.1f GiB\n"
+  std::printf("mm_reaper_tradeoffs (%s): the model kernel on real memory. %u CPUs usable, %s, %.1f GiB RAM (%.1f GiB\n"
               "available), load average %s. Reapers run at nice 19, as mm_reaper does.\n",
               run.quick ? "--quick" : "full run", run.cpus, cpu_model().c_str(),
               double(proc_kib("/proc/meminfo", "MemTotal")) / (1 << 20), mem_available_gib(),
@@ -1187,7 +1202,7 @@ int main(int argc, char** argv) {
     if (questions.count(3) != 0) results["q3"] = question_3(run);
     if (questions.count(6) != 0) results["q6"] = question_6(run);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "rfc_questions: %s\n", error.what());
+    std::fprintf(stderr, "mm_reaper_tradeoffs: %s\n", error.what());
     return 1;
   }
   const double seconds = ms_between(start, clock_type::now()) / 1e3;
@@ -1199,7 +1214,7 @@ int main(int argc, char** argv) {
     std::ofstream out(out_path);
     out << results.dump() << "\n";
     if (!out) {
-      std::fprintf(stderr, "rfc_questions: cannot write %s\n", out_path.c_str());
+      std::fprintf(stderr, "mm_reaper_tradeoffs: cannot write %s\n", out_path.c_str());
       return 1;
     }
     std::printf("results: %s\n", out_path.c_str());

@@ -33,7 +33,13 @@ int main() {
   mkdir(cg.c_str(), 0755);
   put(cg + "/cgroup.procs", std::to_string(pid));
   put(cg + "/freezer.state", "FROZEN");
-  for (int i = 0; i < 1000; ++i) { std::ifstream f(cg + "/freezer.state"); std::string s; f >> s; if (s == "FROZEN") break; usleep(1000); }
+  for (int i = 0; i < 1000; ++i) {
+    std::ifstream f(cg + "/freezer.state");
+    std::string s;
+    f >> s;
+    if (s == "FROZEN") break;
+    usleep(1000);
+  }
   int pidfd = syscall(SYS_pidfd_open, pid, 0);
   syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
   std::atomic<bool> done{false}; long rc = 0; int err = 0;
@@ -44,7 +50,8 @@ int main() {
     std::ifstream f("/proc/" + std::to_string(pid) + "/smaps");
     std::string line, cur; long rss[2] = {-1, -1}; int idx = -1;
     while (std::getline(f, line)) {
-      if (line.find('-') != std::string::npos && line.find(' ') != std::string::npos && isxdigit(line[0]) && line.find("rw-p") != std::string::npos) {
+      if (line.find('-') != std::string::npos && line.find(' ') != std::string::npos && isxdigit(line[0]) &&
+          line.find("rw-p") != std::string::npos) {
         unsigned long a, b; sscanf(line.c_str(), "%lx-%lx", &a, &b);
         idx = (b - a >= gib) ? (idx + 1) : idx;  // the two big ones, in address order
         cur = (b - a >= gib) ? "big" : "";

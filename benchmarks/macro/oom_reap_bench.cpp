@@ -154,7 +154,8 @@ options parse_options(int argc, char** argv) {
 
 std::uint64_t now_ns() {
   return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 std::uint64_t thread_cpu_ns() {
@@ -294,7 +295,8 @@ void print_table(const std::map<kind, std::vector<sample>>& results, const optio
   };
   auto pages_pair = [&](const std::vector<sample>& r) {
     char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.0f + %.0f", median_of(r, &sample::exit_pages), median_of(r, &sample::reaper_pages));
+    std::snprintf(buffer, sizeof buffer, "%.0f + %.0f", median_of(r, &sample::exit_pages),
+                  median_of(r, &sample::reaper_pages));
     return std::string(buffer);
   };
   std::fprintf(stderr, "\noom_reap_bench: %.2f GiB victim (%llu pages), median of %d, times in ms\n", o.size_gib,
@@ -348,9 +350,11 @@ int main(int argc, char** argv) {
       const kind k = kCases[(i + static_cast<std::size_t>(rep)) % std::size(kCases)];
       const sample s = run_case(k, pages);
       results[k].push_back(s);
-      std::fprintf(stderr, "rep %d %-12s kill->released %8.1f ms  exit %7.1f+%6.1f wait  reaper %7.1f+%6.1f wait  pages %.0f+%.0f\n",
-                   rep, name_of(k), s.kill_to_released_ms, s.exit_work_ms, s.exit_wait_ms, s.reaper_work_ms,
-                   s.reaper_wait_ms, s.exit_pages, s.reaper_pages);
+      std::fprintf(
+          stderr,
+          "rep %d %-12s kill->released %8.1f ms  exit %7.1f+%6.1f wait  reaper %7.1f+%6.1f wait  pages %.0f+%.0f\n",
+          rep, name_of(k), s.kill_to_released_ms, s.exit_work_ms, s.exit_wait_ms, s.reaper_work_ms, s.reaper_wait_ms,
+          s.exit_pages, s.reaper_pages);
     }
   }
 
@@ -371,7 +375,8 @@ int main(int argc, char** argv) {
                                  .set("thp_disabled_for_us", !o.thp)
                                  .set("chunk_bytes", static_cast<std::uint64_t>(teardown::model::oom_reap_chunk_bytes))
                                  .set("oom_reap_delay_ms", 0);
-  std::string json = "{\"benchmark\": \"oom_reap_bench\", \"machine\": " + machine.str() + ", \"config\": " + config.str();
+  std::string json =
+      "{\"benchmark\": \"oom_reap_bench\", \"machine\": " + machine.str() + ", \"config\": " + config.str();
   json += ", \"cases\": [";
   for (const kind k : kCases) {
     json_object row;

@@ -128,7 +128,8 @@ options parse_options(int argc, char** argv) {
       opts.workers.clear();
       for (const std::string& part : teardown_bench::split_list(value)) {
         const int w = kCommandLine.count(name, part);
-        if (w > static_cast<int>(teardown::detail::reaper_pool_max_workers)) kCommandLine.usage_error("--workers: at most 1024");
+        if (w > static_cast<int>(teardown::detail::reaper_pool_max_workers))
+          kCommandLine.usage_error("--workers: at most 1024");
         opts.workers.push_back(w);
       }
     } else if (name == "--max-gib") {
@@ -136,7 +137,8 @@ options parse_options(int argc, char** argv) {
     } else if (name == "--nice") {
       char* end = nullptr;
       const long value_nice = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || value_nice < -20 || value_nice > 19) kCommandLine.usage_error("--nice: -20 to 19");
+      if (value.empty() || *end != '\0' || value_nice < -20 || value_nice > 19)
+        kCommandLine.usage_error("--nice: -20 to 19");
       opts.nice = static_cast<int>(value_nice);
     } else if (name == "--mem-fraction") {
       opts.mem_fraction = kCommandLine.positive(name, value);

@@ -15,8 +15,9 @@
 //                    (so the kernel keeps them apart), as an allocator's arenas and heaps are;
 //                    default: one mapping. The kernel's exit path unmaps from the lowest
 //                    address up; process_mrelease, on a kernel with the OOM reaper's reverse
-//                    walk (6.18 here has it: benchmarks/results/quiet-2cpus-2026-12-01/
-//                    mrelease_order.*), from the highest mapping down, so with many mappings the
+//                    walk (6.18 here has it: benchmarks/macro/mrelease_order.cpp, its output in
+//                    benchmarks/results/quiet-2cpus-2026-12-01/mrelease_order.txt), from the
+//                    highest mapping down, so with many mappings the
 //                    two start from opposite ends instead of one trailing the other
 //     --busy N       a busy machine: N processes spin at nice 0 for the whole run (one per CPU
 //                    is the case a supervisor meets under load), so that the victim's exit, the
@@ -369,7 +370,8 @@ sample measure(double bytes, helper_kind kind, bool no_thp, std::size_t vma_byte
 struct outcome_counts {
   std::uint64_t released = 0, raced = 0, shared_mm = 0, not_dying = 0, other = 0;
 
-  void add(const teardown::process::process_reaper_stats& before, const teardown::process::process_reaper_stats& after) {
+  void add(const teardown::process::process_reaper_stats& before,
+           const teardown::process::process_reaper_stats& after) {
     released += after.released - before.released;
     raced += after.raced - before.raced;
     shared_mm += after.shared_mm - before.shared_mm;
@@ -427,7 +429,8 @@ int main(int argc, char** argv) {
       const double available = static_cast<double>(meminfo_bytes("MemAvailable:"));
       std::optional<std::string> skipped;
       if (bytes > opts.mem_fraction * available) {
-        skipped = strprintf("%.3g GiB is more than %.2f of MemAvailable (%.1f GiB)", gib, opts.mem_fraction, available / kGiB);
+        skipped = strprintf("%.3g GiB is more than %.2f of MemAvailable (%.1f GiB)", gib, opts.mem_fraction,
+                            available / kGiB);
       }
       std::vector<sample> samples[kTechniqueCount];
       outcome_counts outcomes[kTechniqueCount];
@@ -492,26 +495,31 @@ int main(int argc, char** argv) {
     }
 
     json_object config;
-    config.set("reps", opts.reps).set("mem_fraction", opts.mem_fraction).set("quick", opts.quick)
+    config.set("reps", opts.reps)
+        .set("mem_fraction", opts.mem_fraction)
+        .set("quick", opts.quick)
         .set("thp_disabled_for_programs", opts.no_thp)
         .set("busy_processes", opts.busy)
         .set("vma_mib", opts.vma_mib)
-        .set("note",
-             "Real fork()ed programs, anonymous memory touched page by page, killed with SIGKILL. "
-             "helper nice19: the program called teardown::process::enable_shadow_teardown() first (default "
-             "options: the helper at nice 19); idle: with sched_idle = true (SCHED_IDLE). mrelease: killed by a "
-             "teardown::process::process_reaper (pidfd_send_signal, then process_mrelease on its worker). Free memory = "
-             "MemAvailable + per-CPU free list pages (/proc/zoneinfo count:). Times from the SIGKILL.");
+        .set(
+            "note",
+            "Real fork()ed programs, anonymous memory touched page by page, killed with SIGKILL. "
+            "helper nice19: the program called teardown::process::enable_shadow_teardown() first (default "
+            "options: the helper at nice 19); idle: with sched_idle = true (SCHED_IDLE). mrelease: killed by a "
+            "teardown::process::process_reaper (pidfd_send_signal, then process_mrelease on its worker). Free memory = "
+            "MemAvailable + per-CPU free list pages (/proc/zoneinfo count:). Times from the SIGKILL.");
     const std::string json = teardown_bench::rows_document("process_bench", machine_json, config, rows);
 
     const std::string conditions =
         (opts.busy != 0 ? strprintf(", %d busy processes at nice 0", opts.busy) : std::string()) +
         (opts.vma_mib != 0 ? strprintf(", mappings of %d MiB", opts.vma_mib) : std::string());
-    std::fprintf(stderr,
-                 "\nprocess_bench: medians of %d repetitions%s; times in ms from the SIGKILL; held GiB: not yet free when\n"
-                 "waitpid() returned\n"
-                 "   GiB  technique        kill->waitpid ms [min, max]      held GiB  memory back ms  helper gone ms  mrelease\n",
-                 opts.reps, conditions.c_str());
+    std::fprintf(
+        stderr,
+        "\nprocess_bench: medians of %d repetitions%s; times in ms from the SIGKILL; held GiB: not yet free when\n"
+        "waitpid() returned\n"
+        "   GiB  technique        kill->waitpid ms [min, max]      held GiB  memory back ms  helper gone ms  "
+        "mrelease\n",
+        opts.reps, conditions.c_str());
     for (const std::string& line : table) std::fprintf(stderr, "%s\n", line.c_str());
     std::fprintf(stderr, "total %.1f s\n", ms_between(run_start, clock_type::now()) / 1e3);
     if (!teardown_bench::write_document("process_bench", opts.out, json)) return 1;

@@ -217,9 +217,12 @@ int main(int argc, char** argv) {
     config.set("gib", opts.gib).set("quick", opts.quick).set("trim_after_mib", 64)
         .set("note", "each case in a fresh child; glibc's mmap threshold raised to 4 MiB first by one large free; "
                      "a live 64-byte block after each object");
-    const std::string json = teardown_bench::rows_document("trim_bench", teardown_bench::machine_object(), config, rows);
+    const std::string json =
+        teardown_bench::rows_document("trim_bench", teardown_bench::machine_object(), config, rows);
     if (!teardown_bench::write_document("trim_bench", opts.json, json)) return 1;
-    progress("\nobject KiB  mode            RSS before  RSS after  returned  delete ms  flush ms  trims  trimmed MiB  trim CPU ms\n");
+    progress(
+        "\nobject KiB  mode            RSS before  RSS after  returned  delete ms  flush ms  trims  trimmed MiB  trim "
+        "CPU ms\n");
     for (const std::string& line : table) progress("%s\n", line.c_str());
     return 0;
   } catch (const std::exception& e) {

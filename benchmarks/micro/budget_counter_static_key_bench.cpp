@@ -1,5 +1,6 @@
-// gate_bench — teardown's gate primitives (budget, static_key, sharded_counter) beside their
-// peers and the physical limits, all in one binary and one run.
+// budget_counter_static_key_bench (gate_bench before) — teardown's gate primitives (budget,
+// static_key, sharded_counter) beside their peers and the physical limits, all in one binary and
+// one run.
 //
 // Every case runs on 1 up to the hardware thread count of threads (ThreadRange, so 1, 2, 4, ...
 // and the top count), with real (wall) time. Every thread runs the same number of iterations in
@@ -600,15 +601,18 @@ int main(int argc, char** argv) {
   register_case("limit/own_line_fetch_add", group_t::counter, own_line_fetch_add, hardware_threads);
   register_case("limit/thread_local_plain", group_t::counter, thread_local_plain, hardware_threads);
 
-  benchmark::AddCustomContext("gate_bench charge per reserve", std::to_string(kCharge));
-  benchmark::AddCustomContext("gate_bench budget_tight hold ops", std::to_string(kHoldOps));
-  benchmark::AddCustomContext("gate_bench sharded_counter shards",
+  benchmark::AddCustomContext("budget_counter_static_key_bench charge per reserve",
+                              std::to_string(kCharge));
+  benchmark::AddCustomContext("budget_counter_static_key_bench budget_tight hold ops",
+                              std::to_string(kHoldOps));
+  benchmark::AddCustomContext("budget_counter_static_key_bench sharded_counter shards",
                               std::to_string(teardown::sharded_counter().shard_count()));
 #ifdef NDEBUG
   benchmark::AddCustomContext("teardown asserts", "off (NDEBUG)");
 #else
   benchmark::AddCustomContext("teardown asserts", "on");
-  std::fputs("gate_bench: built without NDEBUG: budget::release's assert is in the timings\n",
+  std::fputs("budget_counter_static_key_bench: built without NDEBUG: budget::release's assert is in the "
+             "timings\n",
              stderr);
 #endif
 

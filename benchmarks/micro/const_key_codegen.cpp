@@ -2,7 +2,7 @@
 // quotes, to show what each gate costs in instructions. CMake builds it at -O2 as an object
 // library so that it keeps compiling; nothing links it. To read it:
 //   objdump -dr --no-show-raw-insn -C
-//   <build>/benchmarks/CMakeFiles/const_key_codegen.dir/const_key_codegen.cpp.o
+//   <build>/benchmarks/CMakeFiles/const_key_codegen.dir/micro/const_key_codegen.cpp.o
 //
 // The two paths are out-of-line functions defined elsewhere, as in a real caller, so the object
 // code shows only the gate: gated_by_const_key should be a lone jump to tear_down_inline (the

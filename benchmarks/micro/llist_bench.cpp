@@ -637,8 +637,8 @@ void consumer_bound(benchmark::State& state, std::size_t producers) {
   std::size_t taken = 0;
   for (auto _ : state) taken += shared->take_counted();
   state.SetItemsProcessed(static_cast<std::int64_t>(taken));
-  state.counters["nodes_per_take"] =
-      benchmark::Counter(static_cast<double>(taken) / static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1)));
+  state.counters["nodes_per_take"] = benchmark::Counter(
+      static_cast<double>(taken) / static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1)));
 
   stop.store(true, std::memory_order_relaxed);
   for (std::thread& thread : threads) thread.join();

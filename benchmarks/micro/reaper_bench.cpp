@@ -34,8 +34,8 @@
 //                                      instruction of fn on the worker (the wake-to-start latency)
 //               wakes_per_op           futex wakes the producer made per enqueue: the reaper's
 //                                      stats().wakeups, the condvar's notify_one calls; call_rcu
-//                                      does not say (benchmarks/syscalls.sh counts the reaper's
-//                                      syscalls themselves)
+//                                      does not say (benchmarks/scripts/syscalls.sh counts the
+//                                      reaper's syscalls themselves)
 //   enqueue_asleep_1ms/<peer>  the same, but the producer keeps busy for a further 1 ms once the
 //                              worker sleeps, so that the worker's CPU has been idle that long
 //                              (kAsleepIdleSamples samples). On a VM an idle vCPU is halted in
@@ -100,7 +100,7 @@
 // awake and an empty queue, K back to back with the worker awake, and K each into an empty
 // queue with the worker asleep, each enqueue between two marker syscalls (write(-1, ...), which
 // fails with EBADF), and prints stats().wakeups per phase. Run it under strace -f; the script
-// benchmarks/syscalls.sh does that and counts the producer's syscalls between the markers.
+// benchmarks/scripts/syscalls.sh does that and counts the producer's syscalls between the markers.
 //
 // Shared state of a case is built by thread 0 before the timed loop and torn down after it: the
 // loop's start barrier (inside state.end()) orders the build before any thread's first use, and
@@ -860,9 +860,9 @@ class reaper_reporter : public teardown_bench::summary_reporter {
                    counter("enqueue_awake_empty/reaper", 1, "wakes_per_op"));
     }
     if (has("enqueue_asleep/reaper")) {
-      std::fprintf(out, "goal (asleep: one futex wake): reaper futex wakes per enqueue %.3f (asleep), %.3f (asleep for 1 ms)\n",
-                   counter("enqueue_asleep/reaper", 1, "wakes_per_op"),
-                   counter("enqueue_asleep_1ms/reaper", 1, "wakes_per_op"));
+      std::fprintf(
+          out, "goal (asleep: one futex wake): reaper futex wakes per enqueue %.3f (asleep), %.3f (asleep for 1 ms)\n",
+          counter("enqueue_asleep/reaper", 1, "wakes_per_op"), counter("enqueue_asleep_1ms/reaper", 1, "wakes_per_op"));
     }
   }
 
@@ -1063,9 +1063,12 @@ int main(int argc, char** argv) {
             ->ThreadRange(1, hardware_threads)
             ->UseRealTime());
   // The two placements of one producer and the worker, pinned (needs 2 CPUs for "apart").
-  timed(benchmark::RegisterBenchmark("drain/reaper_same_cpu", drain<reaper_peer, 19, 0, 0, 0>)->Threads(1)->UseRealTime());
+  timed(benchmark::RegisterBenchmark("drain/reaper_same_cpu", drain<reaper_peer, 19, 0, 0, 0>)
+            ->Threads(1)
+            ->UseRealTime());
   if (hardware_threads > 1) {
-    timed(benchmark::RegisterBenchmark("drain/reaper_apart", drain<reaper_peer, 19, 0, 1, 0>)->Threads(1)->UseRealTime());
+    timed(
+        benchmark::RegisterBenchmark("drain/reaper_apart", drain<reaper_peer, 19, 0, 1, 0>)->Threads(1)->UseRealTime());
   }
   timed(benchmark::RegisterBenchmark("drain/reaper_poll_1ms", drain<reaper_peer, 19, 0, -1, -1, 1000>)
             ->ThreadRange(1, hardware_threads)

@@ -1,9 +1,10 @@
 """Draws the benchmark plots from the JSON that benchmarks/run.sh leaves in OUT_DIR.
 
-Usage: /usr/bin/python3 benchmarks/plot.py OUT_DIR IMG_DIR     (needs python3-matplotlib)
+Usage: /usr/bin/python3 benchmarks/scripts/plot.py OUT_DIR IMG_DIR     (needs python3-matplotlib)
 
 Reads from OUT_DIR (any file may be missing; a plot whose inputs are missing is skipped):
-  llist_bench.json, gate_bench.json, reaper_bench.json   Google Benchmark --benchmark_out JSON
+  llist_bench.json, budget_counter_static_key_bench.json (gate_bench.json, its name before),
+  reaper_bench.json                                      Google Benchmark --benchmark_out JSON
   exit_matrix.json                                       benchmarks/exit_matrix --out
   machine.txt                                            run.sh's description of the machine
 Writes into IMG_DIR:
@@ -259,8 +260,14 @@ def main(argv):
     matrix = load(out_dir / "exit_matrix.json")
     rows = matrix.get("rows", []) if matrix else []
     machine = machine_line(out_dir, matrix)
-    runs = {name: bench_runs(doc) for name in ("llist_bench", "gate_bench", "reaper_bench")
+    runs = {name: bench_runs(doc) for name in ("llist_bench", "reaper_bench")
             if (doc := load(out_dir / f"{name}.json"))}
+    # budget_counter_static_key_bench was gate_bench: results saved under that name still plot.
+    gates = out_dir / "budget_counter_static_key_bench.json"
+    if not gates.exists() and (out_dir / "gate_bench.json").exists():
+        gates = out_dir / "gate_bench.json"
+    if (doc := load(gates)):
+        runs["budget_counter_static_key_bench"] = bench_runs(doc)
 
     if "llist_bench" in runs:
         plot_scaling(runs["llist_bench"], ["llist/std", "sharded_llist/std", "llist/ao",
@@ -269,8 +276,8 @@ def main(argv):
                      "producer threads (+1 consumer thread)", img_dir / "llist_scaling.png",
                      "llist: push cost by producers, against its peers and a contended fetch_add",
                      machine)
-    if "gate_bench" in runs:
-        plot_scaling(runs["gate_bench"], ["budget/add_then_check", "budget/exact",
+    if "budget_counter_static_key_bench" in runs:
+        plot_scaling(runs["budget_counter_static_key_bench"], ["budget/add_then_check", "budget/exact",
                      "peer/mutex_budget", "limit/fetch_add_pair", "limit/fetch_add"],
                      "limit/fetch_add_pair", "throughput", (0.9, "goal: add_then_check ≥ 0.9x"),
                      "threads", img_dir / "budget_scaling.png",

@@ -9,8 +9,8 @@
 #                exit_matrix gets --quick. Its figures are not for publishing, so its plots go
 #                to OUT_DIR/img unless --img-dir says otherwise.
 #   --img-dir    where the PNGs go (default docs/img, or OUT_DIR/img with --quick)
-#   EXIT_MATRIX_ARGS, RFC_QUESTIONS_ARGS (environment): more flags for those two programs,
-#                e.g. EXIT_MATRIX_ARGS="--mem-fraction 0.75" to allow the 16 GiB rows
+#   EXIT_MATRIX_ARGS, MM_REAPER_TRADEOFFS_ARGS (environment; RFC_QUESTIONS_ARGS, the old name,
+#                too): more flags for those two programs, e.g. EXIT_MATRIX_ARGS="--mem-fraction 0.75"
 #
 # Full runs repeat each case 3 times and keep the aggregates (mean, median, stddev, cv). Run it
 # on an otherwise idle machine: every benchmark uses all hardware threads.
@@ -35,7 +35,7 @@ done
 
 # Paths given on the command line are relative to where run.sh was started; the defaults are
 # relative to the repository.
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)  # this file is benchmarks/scripts/run.sh
 out_dir=$(realpath -m "${out_dir:-$root/benchmarks/results}")
 if [ -z "$img_dir" ]; then
   if $quick; then img_dir=$out_dir/img; else img_dir=$root/docs/img; fi
@@ -56,12 +56,14 @@ cmake --build --preset bench -j "$(nproc)"
 
 mkdir -p "$out_dir"
 # A figure left from an earlier run must not be plotted as this run's.
-rm -f "$out_dir"/{llist_bench,gate_bench,reaper_bench,batch_bench,exit_matrix,rfc_questions,oom_reap_bench,pool_bench,process_bench,fork_bench}.{json,txt} "$out_dir/plot.txt"
+rm -f "$out_dir"/{llist_bench,budget_counter_static_key_bench,reaper_bench,batch_bench}.{json,txt} \
+  "$out_dir"/{exit_matrix,mm_reaper_tradeoffs,oom_reap_bench,pool_bench,process_bench,fork_bench}.{json,txt} \
+  "$out_dir/plot.txt"
 bin=build/bench/benchmarks
 wrote=()
 
-# shellcheck source=benchmarks/describe_machine.sh
-source benchmarks/describe_machine.sh
+# shellcheck source=benchmarks/scripts/describe_machine.sh
+source benchmarks/scripts/describe_machine.sh
 mode=()
 if $quick; then mode=("mode: --quick (smoke test, 0.01 s per case, no repetitions)"); fi
 describe_machine "$(build_lines)" "${mode[@]}" >"$out_dir/machine.txt"
@@ -75,7 +77,7 @@ else
 fi
 
 started=$SECONDS
-for name in llist_bench gate_bench reaper_bench batch_bench; do
+for name in llist_bench budget_counter_static_key_bench reaper_bench batch_bench; do
   echo "==> $name ${bench_args[*]}"
   "$bin/$name" "${bench_args[@]}" --benchmark_format=console \
     --benchmark_out="$out_dir/$name.json" --benchmark_out_format=json 2>&1 \
@@ -101,9 +103,9 @@ run_macro() {
 }
 
 read -ra exit_matrix_args <<< "${EXIT_MATRIX_ARGS:-}"
-read -ra rfc_questions_args <<< "${RFC_QUESTIONS_ARGS:-}"
+read -ra mm_reaper_tradeoffs_args <<< "${MM_REAPER_TRADEOFFS_ARGS:-${RFC_QUESTIONS_ARGS:-}}"
 run_macro exit_matrix "${exit_matrix_args[@]}"
-run_macro rfc_questions "${rfc_questions_args[@]}"
+run_macro mm_reaper_tradeoffs "${mm_reaper_tradeoffs_args[@]}"
 run_macro oom_reap_bench
 run_macro pool_bench
 run_macro process_bench
@@ -112,7 +114,7 @@ echo "==> benchmarks took $((SECONDS - started)) s"
 
 echo "==> plotting into $img_dir"
 mkdir -p "$img_dir"
-"$python" benchmarks/plot.py "$out_dir" "$img_dir" | tee "$out_dir/plot.txt"
+"$python" benchmarks/scripts/plot.py "$out_dir" "$img_dir" | tee "$out_dir/plot.txt"
 wrote+=("$out_dir/plot.txt")
 for image in "$img_dir"/*.png; do
   # Only those this run drew (or redrew).

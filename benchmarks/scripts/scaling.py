@@ -1,7 +1,8 @@
 """The many-core scaling figures, from one benchmarks/scaling.sh run, as markdown.
 
-Usage: python3 benchmarks/scaling.py OUT_DIR       (the standard library alone: it also runs
-                                                    from a pack on a machine with a bare python3)
+Usage: python3 benchmarks/scripts/scaling.py OUT_DIR   (the standard library alone: it also
+                                                      runs from a pack on a machine with a bare
+                                                      python3)
 
 Reads from OUT_DIR (a missing file leaves its table out and its goal "not measured"):
   machine.txt          the machine, as scaling.sh described it

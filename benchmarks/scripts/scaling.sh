@@ -63,7 +63,7 @@ if [ -f "$here/pack.txt" ]; then
 else
   # Paths on the command line are relative to where scaling.sh was started.
   [ -z "$dir" ] || dir=$(realpath -m "$dir")
-  root=$(cd "$here/.." && pwd)
+  root=$(cd "$here/../.." && pwd)  # this file is benchmarks/scripts/scaling.sh
   cd "$root"
   if [ -n "$prebuilt" ]; then
     bin=$prebuilt
@@ -81,7 +81,7 @@ else
     [ -x "$bin/$program" ] || { echo "scaling.sh: $bin/$program was not built" >&2; exit 1; }
   done
   launch=()
-  # shellcheck source=benchmarks/describe_machine.sh
+  # shellcheck source=benchmarks/scripts/describe_machine.sh
   source "$here/describe_machine.sh"
   mapfile -t built < <(build_lines)
   out_dir=${dir:-$root/benchmarks/results/scaling-${cpus}cpus}
@@ -121,7 +121,7 @@ fi
 mkdir -p "$out_dir"
 # A figure left from an earlier run must not be reported as this run's.
 rm -f "$out_dir"/{llist_bench,pool_bench,process_bench}.{json,txt} "$out_dir/scaling.md"
-# shellcheck source=benchmarks/describe_machine.sh
+# shellcheck source=benchmarks/scripts/describe_machine.sh
 source "$here/describe_machine.sh"
 mode=()
 if $quick; then mode=("mode: --quick (smoke test, not for publishing)"); fi

@@ -4,7 +4,7 @@
 # counts, per phase, the producer's syscalls between the two markers that surround each enqueue
 # call (write(-1, "enqueue begin"/"enqueue end"), which fail with EBADF).
 #
-#   benchmarks/syscalls.sh build/bench/benchmarks/reaper_bench [K]      (K defaults to 1000)
+#   benchmarks/scripts/syscalls.sh build/bench/benchmarks/reaper_bench [K]      (K defaults to 1000)
 #
 # Phases (see reaper_bench.cpp): awake_empty (worker polling, each enqueue into an empty queue),
 # awake_stream (worker polling, K enqueues back to back), asleep (each enqueue once the worker is

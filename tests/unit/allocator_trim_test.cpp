@@ -183,7 +183,8 @@ TEST_F(AllocatorTrimTest, TheSystemTrimGivesAFragmentedHeapsFreePagesBack) {
   while (domain.stats().trims == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
   const teardown::deferred_stats s = domain.stats();
   ASSERT_GE(s.trims, 1u);
-  EXPECT_GT(s.trimmed_bytes, std::uint64_t{16} << 20) << "the resident set dropped by less than a quarter of the 64 MiB freed";
+  EXPECT_GT(s.trimmed_bytes, std::uint64_t{16} << 20)
+      << "the resident set dropped by less than a quarter of the 64 MiB freed";
 #endif
 }
 

@@ -94,8 +94,8 @@ using compiled_out_pooled =
     teardown::async_teardown<item, &item::hook, item_traits, teardown::const_key<false>, teardown::reaper_pool_workers>;
 
 // The defaults are what they were: one reaper thread, the runtime toggle.
-static_assert(std::is_same_v<single_async, teardown::async_teardown<item, &item::hook, item_traits, teardown::static_key,
-                                                                     teardown::one_reaper>>);
+static_assert(std::is_same_v<single_async, teardown::async_teardown<item, &item::hook, item_traits,
+                                                                    teardown::static_key, teardown::one_reaper>>);
 static_assert(std::is_same_v<teardown::model::mm_system,
                              teardown::model::basic_mm_system<teardown::static_key, teardown::one_reaper>>);
 static_assert(std::is_same_v<teardown::model::pooled_mm_system,

@@ -373,7 +373,9 @@ TEST(ShardedCounterShardIndexTest, WithEverySlotTakenAThreadSharesAnIndexAndStil
 // A real signal: a handler's add on a thread that never added (its first add runs in the
 // handler) and then the thread's own adds use one index.
 std::atomic<std::size_t> handler_index{0};
-void add_in_handler(int) { handler_index.store(teardown::detail::this_thread_shard_index(), std::memory_order_relaxed); }
+void add_in_handler(int) {
+  handler_index.store(teardown::detail::this_thread_shard_index(), std::memory_order_relaxed);
+}
 
 TEST(ShardedCounterShardIndexTest, AFirstAddInASignalHandlerGivesTheThreadItsIndex) {
   struct sigaction action {};

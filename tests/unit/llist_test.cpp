@@ -928,7 +928,8 @@ TEST(LlistDoubleAddTest, AddingANodeStillOnAListAbortsNamingTheElementType) {
   on_list_spec::widget w;
   llist<on_list_spec::widget, &on_list_spec::widget::hook> list;
   list.add(w);
-  EXPECT_DEATH(list.add(w), "teardown: llist::add: node is already on a list, chain or batch \\(element type .*widget\\)");
+  EXPECT_DEATH(list.add(w),
+               "teardown: llist::add: node is already on a list, chain or batch \\(element type .*widget\\)");
   EXPECT_EQ(list.del_first(), &w);
 }
 

@@ -1237,7 +1237,8 @@ TEST_F(ReaperTest, StatsNeverReadsTheCpuClockOfAJoinedWorker) {
   reaper.stop();
   probes::stop_returned.store(true);
   reader.join();
-  EXPECT_FALSE(probes::clock_read_after_join.load()) << "stop() joined the worker while stats() was about to read its clock";
+  EXPECT_FALSE(probes::clock_read_after_join.load())
+      << "stop() joined the worker while stats() was about to read its clock";
   EXPECT_GT(cpu_seen, 0u);
   EXPECT_GE(reaper.stats().worker_cpu_ns, cpu_seen) << "the final figure is read after every live reading";
 }
@@ -1302,7 +1303,8 @@ TEST_F(ReaperDeathTest, EnqueueOfAnItemStillQueuedAbortsWithAMessage) {
   job_reaper reaper(counting());
   reaper.freeze();  // the item stays queued
   reaper.enqueue(jobs[0]);
-  EXPECT_DEATH(reaper.enqueue(jobs[0]), "teardown::reaper::enqueue: the item is already queued \\(element type .*job\\)");
+  EXPECT_DEATH(reaper.enqueue(jobs[0]),
+               "teardown::reaper::enqueue: the item is already queued \\(element type .*job\\)");
   reaper.thaw();
   reaper.flush();
   EXPECT_EQ(jobs[0].runs.load(), 1);

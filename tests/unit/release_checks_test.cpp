@@ -63,7 +63,8 @@ TEST_F(ReleaseDoubleAddTest, ReaperEnqueueOfAnItemStillQueuedAborts) {
   job_reaper reaper(counting());
   reaper.freeze();
   reaper.enqueue(jobs[0]);
-  EXPECT_DEATH(reaper.enqueue(jobs[0]), "teardown::reaper::enqueue: the item is already queued \\(element type .*job\\)");
+  EXPECT_DEATH(reaper.enqueue(jobs[0]),
+               "teardown::reaper::enqueue: the item is already queued \\(element type .*job\\)");
   reaper.thaw();
   reaper.flush();
   EXPECT_EQ(jobs[0].runs.load(), 1);

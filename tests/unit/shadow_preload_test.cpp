@@ -658,7 +658,8 @@ TEST_F(ShadowPreloadTest, BadEnvironmentValueRunsPythonUnchangedWithOneLineOnStd
 }
 
 TEST_F(ShadowPreloadTest, UnderValgrindPythonRunsUnchangedWithOneLineOnStderr) {
-  if (access("/usr/bin/valgrind", X_OK) != 0) GTEST_SKIP() << "valgrind is not installed (Debian: apt-get install valgrind)";
+  if (access("/usr/bin/valgrind", X_OK) != 0)
+    GTEST_SKIP() << "valgrind is not installed (Debian: apt-get install valgrind)";
   // valgrind keeps LD_PRELOAD for the program it runs: the library loads there, finds valgrind
   // (which would end the program for a clone(CLONE_VM) process) and stands aside.
   launched p({installed_prefix::launcher().string(), "/usr/bin/valgrind", "-q", kPython,

@@ -847,7 +847,9 @@ TEST_F(TraceDomainTest, ADeferredDomainTagsItsEventsWithItsDomain) {
   auto* first_small = new int(1);
   auto* second_big = new std::vector<char>(1 << 20);
   auto* second_small = new int(2);
-  const auto id = [](const void* object) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(object)); };
+  const auto id = [](const void* object) {
+    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(object));
+  };
   const std::map<std::uint64_t, std::uint64_t> domain_of = {{id(first_big), first.trace_domain()},
                                                             {id(first_small), first.trace_domain()},
                                                             {id(second_big), second.trace_domain()},

@@ -281,7 +281,8 @@ void run_async_teardown(failure_count& result) {
         lowered += seen.find(" before=" + nice + " after=19 reason=drained" + d) != std::string::npos;
       }
     }
-    result.check(raised == 1, "one boost event (backlog or flush), from 19 to " + nice + " (" + std::to_string(raised) + ")");
+    result.check(raised == 1,
+                 "one boost event (backlog or flush), from 19 to " + nice + " (" + std::to_string(raised) + ")");
     result.check(lowered == 1, "one boost event for the drained worker, back to 19 (" + std::to_string(lowered) + ")");
   }
 }
@@ -306,7 +307,8 @@ void run_process_reaper(failure_count& result) {
   result.check(released.ends_with(d), "the process_release event: " + released);
   // The release carries the charge the kill took.
   const std::size_t bytes_at = killed.find(" bytes=");
-  const std::string bytes = bytes_at == std::string::npos ? "?" : killed.substr(bytes_at, killed.find(' ', bytes_at + 1) - bytes_at);
+  const std::string bytes =
+      bytes_at == std::string::npos ? "?" : killed.substr(bytes_at, killed.find(' ', bytes_at + 1) - bytes_at);
   result.check(released.find(bytes + " result=") != std::string::npos,
                "the release carries the kill's charge (" + bytes + "): " + released);
 }
