@@ -40,9 +40,10 @@ std::unique_ptr<buffer> touched_buffer(std::size_t bytes) {
 
 int main(int argc, char** argv) {
   bool small = false;
-  example::command_line cli("deferred_delete",
-                            "Frees a touched 1 GiB std::vector<char> through teardown::deferred_deleter, and one inline,\n"
-                            "and prints what each cost the caller.");
+  example::command_line cli(
+      "deferred_delete",
+      "Frees a touched 1 GiB std::vector<char> through teardown::deferred_deleter, and one inline,\n"
+      "and prints what each cost the caller.");
   cli.flag("--small", small, "64 MiB instead of 1 GiB (what ctest runs)");
   cli.parse(argc, argv);
   const std::size_t bytes = small ? std::size_t{64} << 20 : std::size_t{1} << 30;

@@ -183,7 +183,8 @@ class command_line {
       // blanks and reads "inf" and "nan", which are refused here.
       const std::string copy(text);
       char* end = nullptr;
-      const double read = copy.empty() || std::isspace(static_cast<unsigned char>(copy[0])) ? 0 : std::strtod(copy.c_str(), &end);
+      const double read =
+          copy.empty() || std::isspace(static_cast<unsigned char>(copy[0])) ? 0 : std::strtod(copy.c_str(), &end);
       if (end == nullptr || end == copy.c_str() || *end != '\0' || !std::isfinite(read)) {
         return quoted + " is not a number";
       }

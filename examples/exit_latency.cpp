@@ -258,10 +258,11 @@ int main(int argc, char** argv) {
   double poll_max_us = 128000;
   bool small = false;
   int busy = static_cast<int>(std::thread::hardware_concurrency());
-  example::command_line cli("exit_latency",
-                            "The exit-path latency of the model kernel on real memory: vm.async_mm_teardown off and on,\n"
-                            "a reaper that polls its queue, a process below the threshold and the compile-time-off\n"
-                            "build. Every time in the table is in milliseconds.");
+  example::command_line cli(
+      "exit_latency",
+      "The exit-path latency of the model kernel on real memory: vm.async_mm_teardown off and on,\n"
+      "a reaper that polls its queue, a process below the threshold and the compile-time-off\n"
+      "build. Every time in the table is in milliseconds.");
   cli.operands("SIZE_GIB", sizes_gib, example::at_least(1.0 / 64),
                "sizes to exit, in GiB (default 1; 0.0625 is 64 MiB), each capped at half of the free memory");
   cli.option("--reps", "N", reps, example::between(1, 1000), "repetitions per row; the table shows medians");
@@ -331,7 +332,9 @@ int main(int argc, char** argv) {
     for (double ms : off.exit_cpu_ms) inline_cpu += ms;
     char torn_down[40], available[40];
     std::snprintf(torn_down, sizeof torn_down, "%.1f / %.1f", median(off.torn_down_ms), median(on.torn_down_ms));
-    const auto shown = [](double ms) { return ms < 0 ? std::string("n/a") : std::to_string(ms).substr(0, std::to_string(ms).find('.') + 2); };
+    const auto shown = [](double ms) {
+      return ms < 0 ? std::string("n/a") : std::to_string(ms).substr(0, std::to_string(ms).find('.') + 2);
+    };
     std::snprintf(available, sizeof available, "%s / %s", shown(median(off.available_ms)).c_str(),
                   shown(median(on.available_ms)).c_str());
     std::printf("%-22s %10.2f %10.4f %9.0fx %18s %18s %12.2f\n", size_label(gib).c_str(), median(off.exit_ms),
@@ -366,10 +369,11 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     const teardown::reaper_stats after = polling.reaper_statistics();
     const double seconds = ms_between(idle_start, clock_type::now()) / 1e3;
-    std::printf("%-22s the idle polling reaper: %.1f ms CPU and %.0f timed wake-ups per second; a teardown starts "
-                "up to %s later; its exits made %llu futex wakes\n",
-                "", double(after.worker_cpu_ns - before.worker_cpu_ns) / 1e6 / seconds, double(after.polls - before.polls) / seconds,
-                poll_label, (unsigned long long)after.wakeups);
+    std::printf(
+        "%-22s the idle polling reaper: %.1f ms CPU and %.0f timed wake-ups per second; a teardown starts "
+        "up to %s later; its exits made %llu futex wakes\n",
+        "", double(after.worker_cpu_ns - before.worker_cpu_ns) / 1e6 / seconds,
+        double(after.polls - before.polls) / seconds, poll_label, (unsigned long long)after.wakeups);
   }
   if (lazy_row) {
     // The same for the lazy reaper, whose looks have backed off by now, and the start delay its
@@ -380,11 +384,12 @@ int main(int argc, char** argv) {
     const teardown::reaper_stats after = lazy->reaper_statistics();
     const double seconds = ms_between(idle_start, clock_type::now()) / 1e3;
     const double cpu_ms_per_s = double(after.worker_cpu_ns - before.worker_cpu_ns) / 1e6 / seconds;
-    std::printf("%-22s the idle lazy reaper: %.3f ms CPU (%.3f%% of a CPU) and %.1f timed wake-ups per second; its "
-                "teardowns started %.1f ms (median; max %.1f) after the exit, up to %g ms; %llu futex wakes\n",
-                "", cpu_ms_per_s, cpu_ms_per_s / 10, double(after.polls - before.polls) / seconds,
-                median(lazy_start_delays), lazy_start_delays.empty() ? 0.0 : *std::max_element(lazy_start_delays.begin(), lazy_start_delays.end()),
-                poll_max_us / 1e3, (unsigned long long)after.wakeups);
+    std::printf(
+        "%-22s the idle lazy reaper: %.3f ms CPU (%.3f%% of a CPU) and %.1f timed wake-ups per second; its "
+        "teardowns started %.1f ms (median; max %.1f) after the exit, up to %g ms; %llu futex wakes\n",
+        "", cpu_ms_per_s, cpu_ms_per_s / 10, double(after.polls - before.polls) / seconds, median(lazy_start_delays),
+        lazy_start_delays.empty() ? 0.0 : *std::max_element(lazy_start_delays.begin(), lazy_start_delays.end()),
+        poll_max_us / 1e3, (unsigned long long)after.wakeups);
   }
 
   // Below the threshold the feature must change nothing: both are the inline path.

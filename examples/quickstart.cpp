@@ -20,7 +20,8 @@ struct work_item {
 int main(int argc, char** argv) {
   int producers = 4;
   int items_per_producer = 25'000;
-  example::command_line cli("quickstart", "Producer threads hand work items to one consumer through a teardown::llist.");
+  example::command_line cli("quickstart",
+                            "Producer threads hand work items to one consumer through a teardown::llist.");
   cli.option("--producers", "N", producers, example::between(1, 256), "producer threads");
   cli.option("--items", "N", items_per_producer, example::between(1, 10'000'000), "items each producer pushes");
   cli.parse(argc, argv);

@@ -78,10 +78,11 @@ void on_reject(const trace::reject_event& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  example::command_line cli("trace",
-                            "One exit of the model kernel per teardown decision (queue, reap, sync, reject), each trace\n"
-                            "event printed by an in-process hook as it arrives. The same events are USDT probes\n"
-                            "(provider teardown) for bpftrace, perf or SystemTap: see README.md.");
+  example::command_line cli(
+      "trace",
+      "One exit of the model kernel per teardown decision (queue, reap, sync, reject), each trace\n"
+      "event printed by an in-process hook as it arrives. The same events are USDT probes\n"
+      "(provider teardown) for bpftrace, perf or SystemTap: see README.md.");
   cli.parse(argc, argv);
   std::printf("trace: built with USDT probes: %s\n",
               TEARDOWN_TRACE_USDT ? "yes (teardown:queue, :reap, :sync, :reject)" : "no (<sys/sdt.h> not found)");

@@ -11,7 +11,7 @@
 # and runs `dpkg-buildpackage -b`: CMake configures with the tests, benchmarks and examples off,
 # builds the two tools only, and installs into debian/tmp, which the .install files split.
 # Rules-Requires-Root: no, so neither root nor fakeroot is needed. DEB_BUILD_OPTIONS is honoured
-# (parallel=N, nostrip, noautodbgsym...). tests/packaging/ unpacks the result, builds a consumer
+# (parallel=N, nostrip, noautodbgsym...). tests/cmake/packaging/ unpacks the result, builds a consumer
 # against it and runs lintian.
 #
 # Environment: DEBFULLNAME, DEBEMAIL (the Maintainer and changelog signature; defaults below).

@@ -42,6 +42,6 @@ plot_packages=(python3-matplotlib)
 
 # What scripts/package.sh needs beyond cmake and g++: dpkg-buildpackage and dpkg-deb (dpkg-dev),
 # dh (debhelper). No fakeroot: the packages declare Rules-Requires-Root: no. Its ctests
-# (tests/packaging/) also run lintian on what it built.
+# (tests/cmake/packaging/) also run lintian on what it built.
 package_packages=(dpkg-dev debhelper)
 package_test_packages=(lintian)

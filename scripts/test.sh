@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: every ctest preset the project promises — GCC Debug (with the consumer
 # projects: find_package, add_subdirectory, FetchContent, pkg-config; the header-only install and
-# the Debian packages, tests/packaging), GCC ThreadSanitizer,
+# the Debian packages, tests/cmake/packaging), GCC ThreadSanitizer,
 # Clang ThreadSanitizer, and GCC AddressSanitizer + UndefinedBehaviorSanitizer.
 # Usage: scripts/test.sh [preset...]   (default: default tsan clang-tsan asan)
 # Exits non-zero if any preset fails to configure, build or pass; runs the others regardless.
@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/packages.sh
 
-# package_*: the packaging tests (tests/packaging/) of the presets with consumer tests build the
+# package_*: the packaging tests (tests/cmake/packaging/) of the presets with consumer tests build the
 # Debian packages and run lintian on them; without these they would only report skipped.
 ensure_packages "${build_packages[@]}" "${test_packages[@]}" \
                 "${package_packages[@]}" "${package_test_packages[@]}" || exit 1

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Plants each bug the deterministic scheduler must find, one at a time, and runs the schedule
+test that explores its protocol: a caught bug prints the schedule that failed (replay it with
+TEARDOWN_SCHEDULE_REPLAY=<name>). Each header is restored afterwards, even on an error; run it
+in a scratch checkout anyway (`git worktree add --detach /tmp/plant`), since it edits headers
+in place. Needs the default preset configured there.
+
+Usage: tests/unit/schedule/planted_bugs.py [name...]   (default: every bug)
+"""
+import pathlib
+import subprocess
+import sys
+
+root = pathlib.Path(__file__).resolve().parents[3]
+R = 'include/teardown/reaper.hpp'; P = 'include/teardown/reaper_pool.hpp'; T = 'include/teardown/trace.hpp'
+plants = {
+ 'wake': (R, """    const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+    if (previous & stopped_bit) {
+      drain_inline_counted();""", """    const std::uint32_t previous = state_.load(std::memory_order_acquire);
+    state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+    if (previous & stopped_bit) {
+      drain_inline_counted();""", 'ScheduleTest.WakeSleep*'),
+ 'putback': (R, "    if (put_backs_ != pass_put_backs_) {\n      pass_put_backs_ = put_backs_;\n      request_locked();\n      return false;",
+             "    if (false && put_backs_ != pass_put_backs_) {\n      pass_put_backs_ = put_backs_;\n      request_locked();\n      return false;", 'ScheduleTest.FlushIsABarrierBesideReapOnCaller'),
+ 'shardflags': (R, "    if (sweep) {\n      if constexpr (has_oldest_first_sweep", "    if (false && sweep) {\n      if constexpr (has_oldest_first_sweep", 'ScheduleTest.FlushOverAShardedQueueSeesEveryShard'),
+ 'uncounted_drain': (R, "    const std::uint64_t unit = open_hand();\n    drain_inline();\n    close_hand(unit);", "    drain_inline();", 'ScheduleTest.StopCovers*'),
+ 'stop_ignores_caller_reaps': (R, "const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };", "const auto no_caller_reaps = [&] { return true; };", 'ScheduleTest.StopCovers*'),
+ 'freeze_early': (R, "control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_ || stop_requested_; });", "control_changed_.wait(lock, [&] { return true || worker_parked_ || !worker_running_ || stop_requested_; });", 'ScheduleTest.FreezeParks*'),
+ 'pool_trusts_round': (P, "if (steal_events_ == seen) return true;", "if (steal_events_ == seen || true) return true;", 'ScheduleTest.PoolFlush*'),
+ 'watchdog_after_take': (R, """    batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
+    if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);
+    in_flight_ = take_queue(sweep, opts_.order == drain_order::oldest_first);""", """    in_flight_ = take_queue(sweep, opts_.order == drain_order::oldest_first);
+    batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
+    if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);""", 'ScheduleTest.StallWatchdog*'),
+ 'nice_takes_control': (R, "  int nice() const {\n    const std::lock_guard lock(nice_mutex_);", "  int nice() const {\n    const std::lock_guard lock(control_mutex_);", 'ScheduleTest.ForkParks*'),
+ 'emit_twice': (T, "if (fn == nullptr || std::find(called.begin(), called.begin() + calls, fn) != called.begin() + calls) continue;", "if (fn == nullptr) continue;", 'ScheduleTest.OneEmit*'),
+}
+names = sys.argv[1:] or list(plants)
+for name in names:
+    f, old, new, flt = plants[name]
+    path = root / f
+    text = path.read_text()
+    assert text.count(old) == 1, (name, text.count(old))
+    path.write_text(text.replace(old, new))
+    try:
+        b = subprocess.run(['cmake', '--build', '--preset', 'default', '-j1', '--target', 'reaper_schedule_test'], cwd=root, capture_output=True, text=True)
+        if b.returncode != 0:
+            print(f'== {name}: BUILD FAILED\n' + b.stdout[-2000:]); continue
+        r = subprocess.run(['timeout', '600', 'build/default/tests/reaper_schedule_test', f'--gtest_filter={flt}'], cwd=root, capture_output=True, text=True)
+        out = r.stdout + r.stderr
+        lines = [l for l in out.splitlines() if 'schedule' in l.lower() and ('fail' in l.lower() or 'deadlock' in l.lower() or 'livelock' in l.lower() or 'replay' in l.lower())]
+        print(f'== {name} ({flt}): rc={r.returncode}')
+        for l in (lines or out.splitlines()[-8:])[:6]: print('   ', l[:400])
+        print('   ', [l for l in out.splitlines() if l.startswith('[  ')][-3:])
+    finally:
+        path.write_text(text)
+    sys.stdout.flush()

@@ -1,0 +1,424 @@
+// The reaper's and the pool's protocols under the deterministic scheduler (schedule.hpp): the
+// real headers, every atomic and futex operation of theirs a point where the scheduler picks
+// the thread that runs. Each test explores one protocol and asserts what its header promises;
+// a failure prints the schedule's name (TEARDOWN_SCHEDULE_REPLAY=<name> replays it).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.hpp"
+#include "teardown/llist.hpp"
+#include "teardown/reaper.hpp"
+#include "teardown/reaper_pool.hpp"
+#include "teardown/sharded_llist.hpp"
+#include "teardown/trace.hpp"
+
+namespace {
+
+namespace sched = teardown::schedule;
+
+struct item {
+  teardown::llist_node node;
+  std::atomic<int> runs{0};         // plain atomics: the test's own bookkeeping, not a point
+  std::atomic<bool> enqueued{false};  // its enqueue returned
+  std::atomic<bool> taken{false};     // a recorded_queue's take took it
+  int id = 0;
+};
+
+// A teardown takes time: the yield is a point inside it, where a flush or stop that ought to
+// wait for it may try to return.
+struct count_runs {
+  void operator()(item& x) const noexcept {
+    sched::sync::yield();
+    x.runs.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+using queue = teardown::llist<item, &item::node, sched::sync>;
+using sharded_queue = teardown::sharded_llist<item, &item::node, sched::sync>;
+using scheduled_reaper = teardown::reaper<item, &item::node, count_runs, queue>;
+using sharded_reaper = teardown::reaper<item, &item::node, count_runs, sharded_queue>;
+
+// No spinning before a sleep: each poll would be a point, and the sleep is the protocol.
+teardown::reaper_options quiet(teardown::reaper_options opts = {}) {
+  opts.spin_polls = 0;
+  return opts;
+}
+
+std::vector<item> items(int n) {
+  std::vector<item> made(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) made[static_cast<std::size_t>(i)].id = i;
+  return made;
+}
+
+void enqueue_each(auto& reaper, std::vector<item>& all, std::size_t from, std::size_t to) {
+  for (std::size_t i = from; i < to; ++i) {
+    reaper.enqueue(all[i]);
+    all[i].enqueued.store(true, std::memory_order_relaxed);
+  }
+}
+
+void expect_once_each(const std::vector<item>& all, const char* when, std::size_t from = 0,
+                      std::size_t to = ~std::size_t{0}) {
+  for (std::size_t i = from; i < std::min(to, all.size()); ++i) {
+    const item& x = all[i];
+    const int runs = x.runs.load(std::memory_order_relaxed);
+    sched::check(runs == 1, std::string(when) + ": item " + std::to_string(x.id) + " torn down " +
+                                std::to_string(runs) + " times");
+  }
+}
+
+void expect_explored(const sched::explore_result& result, std::uint64_t at_least) {
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, at_least);
+}
+
+constexpr std::uint64_t schedules = 10'000;
+// What explore runs for `asked` (TEARDOWN_SCHEDULES, or a tenth under a sanitizer).
+std::uint64_t expected_runs(std::uint64_t asked) {
+  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
+  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
+  return sched::detail::under_sanitizer() ? asked / 10 : asked;
+}
+
+// Wake/sleep: producers' kicks against the worker's SLEEPING exchange. A lost wake-up leaves
+// the worker asleep with items queued while the scenario waits for them: a deadlock, which the
+// scheduler reports with the schedule's name.
+TEST(ScheduleTest, WakeSleepNeverLosesAWakeUp) {
+  const auto result = sched::explore({.name = "wake/sleep", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    sched::atomic<std::uint32_t> reaped{0};
+    struct signal_runs {
+      sched::atomic<std::uint32_t>* reaped;
+      void operator()(item& x) const noexcept {
+        x.runs.fetch_add(1, std::memory_order_relaxed);
+        reaped->fetch_add(1, std::memory_order_relaxed);
+        sched::sync::futex_wake_one(*reaped);
+      }
+    };
+    teardown::reaper<item, &item::node, signal_runs, queue> reaper(signal_runs{&reaped}, quiet());
+    {
+      sched::thread a([&] { enqueue_each(reaper, all, 0, 2); });
+      sched::thread b([&] { enqueue_each(reaper, all, 2, 4); });
+    }
+    // Waits for the worker alone: no flush, no stop, which would wake it themselves.
+    for (std::uint32_t seen; (seen = reaped.load(std::memory_order_relaxed)) < all.size();) {
+      sched::sync::futex_wait(reaped, seen);
+    }
+    expect_once_each(all, "after the worker ran them");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// The same protocol, small enough to enumerate: one producer, one item, every schedule with at
+// most two preemptions.
+TEST(ScheduleTest, WakeSleepExhaustivelyWithinTwoPreemptions) {
+  const auto result = sched::explore(
+      {.name = "wake/sleep, exhaustive", .kind = sched::strategy::exhaustive, .schedules = 200'000,
+       .preemption_bound = 2},
+      [] {
+        item x;
+        sched::atomic<std::uint32_t> reaped{0};
+        struct signal_runs {
+          sched::atomic<std::uint32_t>* reaped;
+          void operator()(item& it) const noexcept {
+            it.runs.fetch_add(1, std::memory_order_relaxed);
+            reaped->store(1, std::memory_order_relaxed);
+            sched::sync::futex_wake_one(*reaped);
+          }
+        };
+        teardown::reaper<item, &item::node, signal_runs, queue> reaper(signal_runs{&reaped}, quiet());
+        sched::thread producer([&] { reaper.enqueue(x); });
+        while (reaped.load(std::memory_order_relaxed) == 0) sched::sync::futex_wait(reaped, 0);
+        producer.join();
+        sched::check(x.runs.load(std::memory_order_relaxed) == 1, "the item ran other than once");
+      });
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") == nullptr && std::getenv("TEARDOWN_SCHEDULES") == nullptr) {
+    EXPECT_TRUE(result.exhausted) << "stopped after " << result.runs << " schedules";
+  }
+}
+
+// Flush tickets, with reap_on_caller taking and putting back: each flush waits for the items
+// whose enqueue returned before it was called, wherever they are.
+TEST(ScheduleTest, FlushIsABarrierBesideReapOnCaller) {
+  const auto result = sched::explore({.name = "flush", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    scheduled_reaper reaper(count_runs{}, quiet());
+    sched::thread producer([&] {
+      enqueue_each(reaper, all, 0, 2);
+      reaper.flush();
+      expect_once_each(all, "flush after enqueue", 0, 2);
+    });
+    sched::thread caller([&] {
+      // Takes the odd ones, declines (puts back) the even ones.
+      (void)reaper.reap_on_caller([](item& x) { return x.id % 2 == 1; });
+    });
+    enqueue_each(reaper, all, 2, 4);
+    reaper.flush();
+    for (std::size_t i = 2; i < 4; ++i) {
+      sched::check(all[i].runs.load(std::memory_order_relaxed) == 1,
+                   "flush returned before item " + std::to_string(i) + " was torn down");
+    }
+    producer.join();
+    caller.join();
+    reaper.stop();
+    expect_once_each(all, "after stop");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// Freeze/thaw: fn never starts while frozen; a freeze that returns has the worker parked
+// between items; everything runs once after the thaw.
+TEST(ScheduleTest, FreezeParksTheWorkerAndThawResumesIt) {
+  const auto result = sched::explore({.name = "freeze/thaw", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    std::atomic<bool> frozen{false};
+    struct frozen_check {
+      std::atomic<bool>* frozen;
+      void operator()(item& x) const noexcept {
+        sched::check(!frozen->load(std::memory_order_relaxed), "fn ran while the reaper was frozen");
+        x.runs.fetch_add(1, std::memory_order_relaxed);
+      }
+    };
+    teardown::reaper<item, &item::node, frozen_check, queue> reaper(frozen_check{&frozen}, quiet());
+    sched::thread producer([&] { enqueue_each(reaper, all, 0, 4); });
+    reaper.freeze();
+    frozen.store(true, std::memory_order_relaxed);
+    sched::sync::yield();  // let the producer (and a worker that did not park) go on
+    frozen.store(false, std::memory_order_relaxed);
+    reaper.thaw();
+    producer.join();
+    reaper.flush();
+    expect_once_each(all, "after thaw and flush");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// stop and stop_for beside producers and a reap_on_caller: everything enqueued before stop was
+// called is torn down when it returns; everything enqueued at all, exactly once.
+TEST(ScheduleTest, StopCoversWhatWasEnqueuedBeforeItAndNothingRunsTwice) {
+  const auto result = sched::explore({.name = "stop", .schedules = schedules}, [] {
+    std::vector<item> all = items(5);
+    {
+      scheduled_reaper reaper(count_runs{}, quiet());
+      reaper.freeze();  // so that 0 and 1 wait on the queue for whoever takes them: a stop overrides it
+      enqueue_each(reaper, all, 0, 2);
+      // The producer enqueues once the worker has published its end (stats().running is
+      // false from then on): its add finds the reaper stopped and drains inline, racing the
+      // worker's final drain and stop's settling for items 0 and 1.
+      sched::thread producer([&] {
+        while (reaper.stats().running) sched::sync::yield();
+        enqueue_each(reaper, all, 2, 4);
+      });
+      sched::thread caller([&] { (void)reaper.reap_on_caller([](item& x) { return x.id == 0; }); });
+      std::vector<bool> before(all.size());
+      for (std::size_t i = 0; i < all.size(); ++i) before[i] = all[i].enqueued.load(std::memory_order_relaxed);
+      const bool stopped = reaper.stop_for(std::chrono::nanoseconds(0));
+      if (!stopped) reaper.stop();
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        if (before[i]) {
+          sched::check(all[i].runs.load(std::memory_order_relaxed) == 1,
+                       "stop returned before item " + std::to_string(i) + ", enqueued before it, was torn down");
+        }
+      }
+      enqueue_each(reaper, all, 4, 5);  // after stop: torn down inline
+      producer.join();
+      caller.join();
+    }
+    expect_once_each(all, "after the reaper's end");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// Sharded flags: an adder preempted between its push and its shard's flag must not hide an
+// item that another adder on the same shard then flushes. Each producer thread has its own
+// shard index; two shards make them share one whenever the indexes collide.
+TEST(ScheduleTest, FlushOverAShardedQueueSeesEveryShard) {
+  const auto result = sched::explore({.name = "sharded flush", .schedules = schedules}, [] {
+    std::vector<item> all = items(3);
+    struct two_shards : sharded_queue {
+      two_shards() : sharded_queue(2) {}
+    };
+    teardown::reaper<item, &item::node, count_runs, two_shards> reaper(count_runs{}, quiet());
+    // Three adders on two shards: two of them share one.
+    std::vector<std::unique_ptr<sched::thread>> producers;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      producers.push_back(std::make_unique<sched::thread>([&, i] {
+        enqueue_each(reaper, all, i, i + 1);
+        reaper.flush();
+        sched::check(all[i].runs.load(std::memory_order_relaxed) == 1,
+                     "flush returned before item " + std::to_string(i) + ", enqueued before it, was torn down");
+      }));
+    }
+    producers.clear();
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// A pool: flush rounds over two workers while an idle one steals queued items or the held rest
+// of a sibling's batch (a slow item: its fn yields). Each flush covers its caller's items
+// wherever they went; nothing runs twice.
+TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
+  const auto result = sched::explore({.name = "pool steal/flush", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    {
+      teardown::reaper_pool<item, &item::node, count_runs, sharded_queue> pool(
+          count_runs{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = quiet()});
+      sched::thread producer([&] {
+        enqueue_each(pool, all, 0, 3);
+        pool.flush();
+        expect_once_each(all, "pool flush after enqueue", 0, 3);
+      });
+      enqueue_each(pool, all, 3, 4);
+      pool.flush();
+      sched::check(all[3].runs.load(std::memory_order_relaxed) == 1, "pool flush returned before item 3 was torn down");
+    }
+    expect_once_each(all, "after the pool's end");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// The stall watchdog: while the item in fn blocks, an item left on the queue behind it makes
+// stalled() true once it has waited the threshold — including an add that lands while the
+// worker takes its batch. A queue that records what each take took tells the scenario which
+// items are still queued.
+struct recorded_queue : queue {
+  teardown::llist_batch<item, &item::node> del_all() noexcept {
+    teardown::llist_batch<item, &item::node> taken = queue::del_all();
+    // A batch's iteration consumes it: the items go through a chain and a private list, which
+    // gives them back as a batch in the same order.
+    teardown::llist_chain<item, &item::node> chain;
+    while (item* x = taken.pop_front()) {
+      x->taken.store(true, std::memory_order_relaxed);
+      chain.push_back(*x);
+    }
+    teardown::llist<item, &item::node> shape;
+    (void)shape.add_batch(std::move(chain));
+    return shape.del_all();
+  }
+};
+
+TEST(ScheduleTest, StallWatchdogSeesAnItemQueuedBehindABlockedOne) {
+  const auto result = sched::explore({.name = "stall watchdog", .schedules = schedules}, [] {
+    std::vector<item> all = items(3);
+    struct block_first {
+      void operator()(item& x) const noexcept {
+        if (x.id == 0) sched::sync::sleep_for(std::chrono::milliseconds(500));
+        x.runs.fetch_add(1, std::memory_order_relaxed);
+      }
+    };
+    teardown::reaper<item, &item::node, block_first, recorded_queue> reaper(
+        block_first{}, quiet({.stall_threshold = std::chrono::milliseconds(2)}));
+    reaper.enqueue(all[0]);
+    all[0].enqueued.store(true, std::memory_order_relaxed);
+    {
+      sched::thread producer([&] { enqueue_each(reaper, all, 1, 3); });
+    }
+    sched::sync::sleep_for(std::chrono::milliseconds(100));  // item 0 still blocks (500 ms)
+    // Every enqueue has returned: an item no take has taken is on the queue.
+    bool queued = false;
+    for (const item& x : all) queued = queued || !x.taken.load(std::memory_order_relaxed);
+    if (queued)
+      sched::check(reaper.stalled(), "an item queued for 100 ms behind a blocked one, and stalled() is false");
+    reaper.flush();
+    expect_once_each(all, "after flush");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// Fork parking (fork_policy::wait_for_item): fork() parks the workers between items across the
+// fork while fn calls a reaper's nice() (allowed from fn) and a producer enqueues. Nothing
+// deadlocks; the child (which exits at once) runs without the scheduler; in the parent
+// everything runs once.
+TEST(ScheduleTest, ForkParksTheWorkerWhileFnCallsNice) {
+  if (!sched::detail::fork_safe())
+    GTEST_SKIP() << "madvise(MADV_WIPEONFORK) refused: a child would run under the scheduler";
+  const auto result = sched::explore({.name = "fork parking", .schedules = schedules}, [] {
+    std::vector<item> all = items(3);
+    struct calls_nice {
+      const std::function<int()>* nice;
+      void operator()(item& x) const noexcept {
+        (void)(*nice)();
+        sched::sync::yield();
+        x.runs.fetch_add(1, std::memory_order_relaxed);
+      }
+    };
+    // Two reapers, each fn calling the other's nice(): the registry parks them one after the
+    // other, so one worker may still be in fn while the other's control mutex is held.
+    std::function<int()> nice_of_first, nice_of_second;
+    using nice_reaper = teardown::reaper<item, &item::node, calls_nice, queue>;
+    const teardown::reaper_options parks = quiet({.on_fork = teardown::fork_policy::wait_for_item});
+    nice_reaper first(calls_nice{&nice_of_second}, parks);
+    nice_reaper second(calls_nice{&nice_of_first}, parks);
+    nice_of_first = [&] { return first.nice(); };
+    nice_of_second = [&] { return second.nice(); };
+    enqueue_each(first, all, 0, 1);
+    sched::thread producer([&] {
+      enqueue_each(second, all, 1, 2);
+      enqueue_each(first, all, 2, 3);
+    });
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    sched::check(child > 0, "fork failed");
+    if (child > 0) {
+      int status = 0;
+      sched::check(waitpid(child, &status, 0) == child && WIFEXITED(status), "the child did not exit cleanly");
+    }
+    producer.join();
+    first.flush();
+    second.flush();
+    expect_once_each(all, "after the fork and a flush");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// Hook add/remove beside an emit: while remove_hook(f) waits out the emit that is calling f,
+// other threads add g and f again (f may land in a later slot). The emit calls each hook at
+// most once.
+using scheduled_hooks = teardown::trace::detail::hook_slot<teardown::trace::queue_event, sched::sync>;
+std::atomic<int> f_calls{0};
+void hook_f(const teardown::trace::queue_event&) {
+  sched::sync::yield();  // a hook takes time: the writers run meanwhile
+  f_calls.fetch_add(1, std::memory_order_relaxed);
+}
+void hook_g(const teardown::trace::queue_event&) {}
+
+TEST(ScheduleTest, OneEmitCallsEachHookOnceWhileHooksComeAndGo) {
+  const auto result = sched::explore({.name = "hook add/remove", .schedules = schedules}, [] {
+    scheduled_hooks::replace(nullptr);  // every run starts with no hook
+    scheduled_hooks::add(&hook_f);
+    f_calls.store(0, std::memory_order_relaxed);
+    sched::thread emitter([] {
+      scheduled_hooks::call(teardown::trace::queue_event{});
+      const int calls = f_calls.load(std::memory_order_relaxed);
+      sched::check(calls <= 1, "one emit called the same hook " + std::to_string(calls) + " times");
+    });
+    sched::thread remover([] { (void)scheduled_hooks::remove(&hook_f); });
+    sched::thread adder([] {
+      scheduled_hooks::add(&hook_g);
+      try {
+        scheduled_hooks::add(&hook_f);
+      } catch (const std::invalid_argument&) {  // f not removed yet: still installed
+      }
+    });
+    emitter.join();
+    remover.join();
+    adder.join();
+    scheduled_hooks::replace(nullptr);
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+}  // namespace

@@ -1,0 +1,527 @@
+// Specification of teardown::shared_worker (shared_worker.hpp): many async_teardown and
+// deferred_domain instances on one worker thread, each keeping its own counters, budget and
+// trace domain; one domain's shutdown (or destruction) never stops the worker and leaves none
+// of its items queued; misuse is refused before anything starts; the default domain runs on
+// deferred::default_worker(). The last test drives the domain-shutdown gate under the
+// deterministic scheduler, with a planted bug it must catch. Nothing here asserts a time.
+#include "teardown/shared_worker.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "schedule/schedule.hpp"
+#include "teardown/async_teardown.hpp"
+#include "teardown/deferred.hpp"
+#include "teardown/trace.hpp"
+
+namespace {
+
+using teardown::async_teardown_options;
+using teardown::decision;
+
+struct item {
+  teardown::llist_node hook;
+  std::uint64_t cost = 100;
+  std::uint64_t charge = 0;
+  void* owner = nullptr;
+  int domain = -1;                  // which domain it was put to
+  std::atomic<int>* torn_down_by = nullptr;  // per-domain count, bumped by that domain's destroy
+  int traits_domain = -1;           // which domain's traits destroyed it
+  std::atomic<int> destroyed{0};
+};
+
+struct owned_traits {
+  int domain = 0;
+  std::atomic<int>* count = nullptr;
+  std::uint64_t cost(const item& i) const { return i.cost; }
+  bool eligible(const item&, std::uint64_t) const { return true; }
+  void prepare(item&) const {}
+  void destroy(item& i) const {
+    i.traits_domain = domain;
+    if (count != nullptr) count->fetch_add(1, std::memory_order_relaxed);
+    i.destroyed.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::uint64_t& charge(item& i) const { return i.charge; }
+  static void*& owner(item& i) { return i.owner; }
+};
+
+struct ownerless_traits {
+  std::uint64_t cost(const item& i) const { return i.cost; }
+  bool eligible(const item&, std::uint64_t) const { return true; }
+  void prepare(item&) const {}
+  void destroy(item& i) const { i.destroyed.fetch_add(1); }
+  std::uint64_t& charge(item& i) const { return i.charge; }
+};
+
+using worker_type = teardown::shared_worker<item, &item::hook, owned_traits>;
+using domain_type = teardown::async_teardown<item, &item::hook, owned_traits>;
+
+// The process's threads. A sanitizer's runtime starts a thread of its own at the first thread
+// creation: one thread started and joined first keeps it out of the differences.
+std::size_t thread_count() {
+  static const bool warmed = [] {
+    std::thread([] {}).join();
+    return true;
+  }();
+  (void)warmed;
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// A joined thread may linger in /proc/self/task for a moment: the count once it settles at
+// `expected` (bounded by tries, not by time), or the last one read.
+std::size_t thread_count_settled_at(std::size_t expected) {
+  std::size_t n = thread_count();
+  for (int tries = 0; n != expected && tries < 10'000; ++tries) {
+    std::this_thread::yield();
+    n = thread_count();
+  }
+  return n;
+}
+
+async_teardown_options on(const std::shared_ptr<worker_type>& worker,
+                          std::uint64_t max_pending = teardown::budget::max_cap) {
+  async_teardown_options opts;
+  opts.worker = worker;
+  opts.max_pending = max_pending;
+  return opts;
+}
+
+TEST(SharedWorkerTest, EightAsyncDomainsOnOneWorkerAddOneThreadAndCountApart) {
+  constexpr int k = 8;
+  const std::size_t before = thread_count();
+  auto worker = std::make_shared<worker_type>();
+  std::vector<std::atomic<int>> counts(k);
+  std::vector<std::unique_ptr<domain_type>> domains;
+  for (int d = 0; d < k; ++d) domains.push_back(std::make_unique<domain_type>(on(worker), owned_traits{d, &counts[d]}));
+  EXPECT_EQ(thread_count(), before + 1);
+  std::vector<item> items(static_cast<std::size_t>(k * (k + 1) / 2));
+  std::size_t at = 0;
+  for (int d = 0; d < k; ++d) {
+    for (int i = 0; i <= d; ++i) EXPECT_EQ(domains[d]->put(items[at++]), decision::queued);
+  }
+  worker->flush();
+  for (int d = 0; d < k; ++d) {
+    const auto s = domains[d]->stats();
+    EXPECT_EQ(s.queued, static_cast<std::uint64_t>(d + 1)) << d;
+    EXPECT_EQ(s.reaped, static_cast<std::uint64_t>(d + 1)) << d;
+    EXPECT_EQ(s.pending, 0u);
+    EXPECT_EQ(counts[d].load(), d + 1);
+    EXPECT_EQ(domains[d]->worker_count(), 1u);
+  }
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
+  EXPECT_EQ(worker->stats().reaped, items.size()) << "the shared worker's statistics are every sharer's";
+  domains.clear();
+  worker.reset();
+  EXPECT_EQ(thread_count_settled_at(before), before);
+}
+
+TEST(SharedWorkerTest, EightDeferredDomainsOnOneWorkerAddOneThreadAndCountApart) {
+  constexpr int k = 8;
+  const std::size_t before = thread_count();
+  auto worker = std::make_shared<teardown::deferred_worker>();
+  std::vector<std::unique_ptr<teardown::deferred_domain>> domains;
+  for (int d = 0; d < k; ++d) {
+    async_teardown_options opts = teardown::deferred_domain::default_options();
+    opts.worker = worker;
+    opts.max_pending = std::uint64_t{1} << 40;
+    domains.push_back(std::make_unique<teardown::deferred_domain>(std::move(opts)));
+  }
+  EXPECT_EQ(thread_count(), before + 1);
+  for (int d = 0; d < k; ++d) {
+    for (int i = 0; i <= d; ++i) {
+      EXPECT_EQ(domains[d]->delete_object(new std::vector<char>(1 << 20)), decision::queued);
+    }
+  }
+  for (int d = 0; d < k; ++d) {
+    domains[d]->flush();
+    EXPECT_EQ(domains[d]->stats().queued, static_cast<std::uint64_t>(d + 1));
+    EXPECT_EQ(domains[d]->stats().reaped, static_cast<std::uint64_t>(d + 1));
+    EXPECT_EQ(domains[d]->stats().pending_bytes, 0u);
+  }
+  domains.clear();
+  worker.reset();
+  EXPECT_EQ(thread_count_settled_at(before), before);
+}
+
+TEST(SharedWorkerTest, AFullBudgetRejectsOnlyItsOwnDomainsPuts) {
+  auto worker = std::make_shared<worker_type>();
+  domain_type small(on(worker, 150), owned_traits{0});
+  domain_type large(on(worker), owned_traits{1});
+  worker->freeze();  // nothing is released meanwhile
+  std::vector<item> items(6);
+  EXPECT_EQ(small.put(items[0]), decision::queued);
+  EXPECT_EQ(small.put(items[1]), decision::sync_rejected);
+  for (int i = 2; i < 6; ++i) EXPECT_EQ(large.put(items[i]), decision::queued);
+  EXPECT_EQ(small.stats().rejected, 1u);
+  EXPECT_EQ(large.stats().rejected, 0u);
+  worker->thaw();
+  worker->flush();
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
+}
+
+std::atomic<std::uint64_t> reaps_in[2];
+std::uint64_t watched[2];
+void count_reap(const teardown::trace::reap_event& e) {
+  for (int d = 0; d < 2; ++d) {
+    if (e.domain == watched[d]) reaps_in[d].fetch_add(1);
+  }
+}
+
+TEST(SharedWorkerTest, ReapEventsNameTheOwningDomain) {
+  auto worker = std::make_shared<worker_type>();
+  domain_type a(on(worker), owned_traits{0});
+  domain_type b(on(worker), owned_traits{1});
+  ASSERT_NE(a.trace_domain(), b.trace_domain());
+  watched[0] = a.trace_domain();
+  watched[1] = b.trace_domain();
+  reaps_in[0] = 0;
+  reaps_in[1] = 0;
+  teardown::trace::add_hook<teardown::trace::reap_event>(&count_reap);
+  std::vector<item> items(5);
+  for (int i = 0; i < 2; ++i) a.put(items[i]);
+  for (int i = 2; i < 5; ++i) b.put(items[i]);
+  worker->flush();
+  teardown::trace::remove_hook<teardown::trace::reap_event>(&count_reap);
+  EXPECT_EQ(reaps_in[0].load(), 2u);
+  EXPECT_EQ(reaps_in[1].load(), 3u);
+}
+
+TEST(SharedWorkerTest, ShuttingOneDomainDownLeavesTheOthersQueuing) {
+  auto worker = std::make_shared<worker_type>();
+  domain_type stopping(on(worker), owned_traits{0});
+  domain_type going_on(on(worker), owned_traits{1});
+  std::vector<item> items(2000);
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    for (std::size_t i = 1000; i < 2000; ++i) EXPECT_EQ(going_on.put(items[i]), decision::queued);
+  });
+  std::thread putter([&] {
+    for (std::size_t i = 0; i < 1000; ++i) {
+      const decision d = stopping.put(items[i]);
+      EXPECT_TRUE(d == decision::queued || d == decision::sync_stopped);
+      if (i == 500) stop = true;
+    }
+  });
+  while (!stop) std::this_thread::yield();
+  stopping.shutdown();
+  const auto at_shutdown = stopping.stats();
+  EXPECT_EQ(at_shutdown.reaped, at_shutdown.queued) << "shutdown left an item of its own queued";
+  putter.join();
+  other.join();
+  EXPECT_EQ(stopping.stats().reaped, stopping.stats().queued);
+  EXPECT_EQ(stopping.stats().queued + stopping.stats().sync, 1000u);
+  item late;
+  EXPECT_EQ(stopping.put(late), decision::sync_stopped);
+  EXPECT_EQ(going_on.put(late), decision::queued) << "the shared worker still runs";
+  worker->flush();
+  EXPECT_EQ(going_on.stats().reaped, 1001u);
+  for (std::size_t i = 0; i < 2000; ++i) EXPECT_EQ(items[i].destroyed.load(), 1) << i;
+  EXPECT_EQ(late.destroyed.load(), 2);  // once inline, once queued: two puts
+}
+
+TEST(SharedWorkerTest, DomainsDestroyedInAnyOrderWhileTheWorkerRuns) {
+  auto worker = std::make_shared<worker_type>();
+  constexpr int k = 6;
+  std::vector<std::atomic<int>> counts(k);
+  std::vector<std::unique_ptr<domain_type>> domains;
+  for (int d = 0; d < k; ++d) domains.push_back(std::make_unique<domain_type>(on(worker), owned_traits{d, &counts[d]}));
+  std::vector<item> items(k * 200);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    items[i].domain = static_cast<int>(i % k);
+    domains[i % k]->put(items[i]);
+  }
+  for (int d : {3, 0, 5, 1, 4, 2}) {
+    domains[d].reset();  // its destructor leaves nothing of its own queued
+    EXPECT_EQ(counts[d].load(), 200) << d;
+  }
+  for (const item& i : items) {
+    EXPECT_EQ(i.destroyed.load(), 1);
+    EXPECT_EQ(i.traits_domain, i.domain);
+  }
+}
+
+TEST(SharedWorkerTest, ConcurrentPutsAreDispatchedToTheDomainThatQueuedThem) {
+  auto worker = std::make_shared<worker_type>();
+  constexpr int k = 4;
+  constexpr std::size_t per_thread = 2000;
+  std::vector<std::atomic<int>> counts(k);
+  std::vector<std::unique_ptr<domain_type>> domains;
+  for (int d = 0; d < k; ++d) domains.push_back(std::make_unique<domain_type>(on(worker), owned_traits{d, &counts[d]}));
+  std::vector<item> items(k * per_thread);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < k; ++t) {
+    threads.emplace_back([&, t] {
+      for (std::size_t i = 0; i < per_thread; ++i) {
+        item& x = items[t * per_thread + i];
+        x.domain = static_cast<int>((t + i) % k);
+        domains[x.domain]->put(x);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  worker->flush();
+  for (int d = 0; d < k; ++d) {
+    EXPECT_EQ(counts[d].load(), static_cast<int>(per_thread));
+    EXPECT_EQ(domains[d]->stats().reaped, per_thread);
+  }
+  for (const item& x : items) EXPECT_EQ(x.traits_domain, x.domain);
+}
+
+TEST(SharedWorkerTest, TraitsWithoutAnOwnerSlotRefuseASharedWorkerAndStartNothing) {
+  auto worker = std::make_shared<worker_type>();
+  const std::size_t before = thread_count();
+  async_teardown_options opts;
+  opts.worker = worker;
+  using ownerless = teardown::async_teardown<item, &item::hook, ownerless_traits>;
+  EXPECT_THROW(ownerless bad(opts), std::invalid_argument);
+  EXPECT_EQ(thread_count(), before);
+  EXPECT_EQ(worker.use_count(), 2) << "the refused composition kept no hold on the worker";
+  // And a worker of another kind (a deferred one) for this item type.
+  async_teardown_options wrong;
+  wrong.worker = std::make_shared<teardown::deferred_worker>();
+  const std::size_t with_other = thread_count();
+  EXPECT_THROW(domain_type bad(wrong), std::invalid_argument);
+  EXPECT_EQ(thread_count(), with_other);
+}
+
+TEST(SharedWorkerTest, DefaultDomainRunsOnTheDefaultWorkerAndAUserDomainAddsNoThread) {
+  teardown::deferred::default_domain();
+  const auto& worker = teardown::deferred::default_worker();
+  const std::size_t before = thread_count();
+  async_teardown_options opts = teardown::deferred_domain::default_options();
+  opts.worker = worker;
+  {
+    teardown::deferred_domain mine(std::move(opts));
+    EXPECT_EQ(thread_count(), before);
+    EXPECT_EQ(mine.delete_object(new std::vector<char>(1 << 20)), decision::queued);
+    EXPECT_EQ(teardown::deferred_delete(new std::vector<char>(1 << 20)), decision::queued);
+    mine.flush();
+    EXPECT_EQ(mine.stats().reaped, 1u);
+  }
+  EXPECT_EQ(thread_count(), before);
+  const std::uint64_t reaped_before = worker->stats().reaped;
+  teardown::deferred_delete(new std::vector<char>(1 << 20));
+  teardown::deferred::flush();
+  EXPECT_GT(worker->stats().reaped, reaped_before) << "the default domain's items go to the default worker";
+}
+
+TEST(SharedWorkerTest, ADomainOnASharedWorkerWorksInAForkChild) {
+  auto worker = std::make_shared<worker_type>();
+  std::atomic<int> count{0};
+  domain_type domain(on(worker), owned_traits{0, &count});
+  std::vector<item> items(4);
+  worker->freeze();
+  for (int i = 0; i < 3; ++i) domain.put(items[i]);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int failures = 0;
+    domain.put(items[3]);  // the child has no worker: torn down inline
+    if (items[3].destroyed.load() != 1) ++failures;
+    domain.shutdown();  // what the parent had queued, torn down once here, on the child's copy
+    for (int i = 0; i < 3; ++i) failures += items[i].destroyed.load() == 1 ? 0 : 1;
+    _exit(failures);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(count.load(), 0);
+  worker->thaw();
+  domain.shutdown();
+  EXPECT_EQ(count.load(), 3);
+}
+
+TEST(SharedWorkerTest, APoolServesSeveralDomainsWithItsWorkers) {
+  using pool_worker = teardown::shared_worker<item, &item::hook, owned_traits, teardown::reaper_pool_workers>;
+  using pool_domain = teardown::async_teardown<item, &item::hook, owned_traits, teardown::static_key,
+                                               teardown::reaper_pool_workers>;
+  const std::size_t before = thread_count();
+  teardown::reaper_pool_options pool = pool_worker::default_options();
+  pool.workers = 2;
+  auto worker = std::make_shared<pool_worker>(pool);
+  async_teardown_options opts;
+  opts.worker = worker;
+  std::atomic<int> a_count{0};
+  std::atomic<int> b_count{0};
+  {
+    pool_domain a(opts, owned_traits{0, &a_count});
+    pool_domain b(opts, owned_traits{1, &b_count});
+    EXPECT_EQ(thread_count(), before + 2);
+    EXPECT_EQ(a.worker_count(), 2u);
+    std::vector<item> items(10);
+    for (int i = 0; i < 10; ++i) (i % 2 == 0 ? a : b).put(items[i]);
+    a.flush();
+    EXPECT_EQ(a_count.load(), 5);
+    EXPECT_EQ(b_count.load(), 5);
+  }
+  // Given an own-worker composition's options type, a one_reaper worker is refused.
+  async_teardown_options wrong;
+  wrong.worker = std::make_shared<worker_type>();
+  EXPECT_THROW(pool_domain bad(wrong), std::invalid_argument);
+}
+
+struct throwing_traits : owned_traits {
+  void destroy(item& i) const {
+    owned_traits::destroy(i);
+    throw std::runtime_error("destroy failed");
+  }
+};
+
+TEST(SharedWorkerTest, DestroyErrorsAreCountedByTheDomainWhoseItemThrew) {
+  using throwing_worker = teardown::shared_worker<item, &item::hook, throwing_traits>;
+  using throwing_domain = teardown::async_teardown<item, &item::hook, throwing_traits>;
+  std::atomic<int> reported{0};
+  auto opts = throwing_worker::default_options();
+  opts.on_error = [&](std::exception_ptr) { reported.fetch_add(1); };
+  auto worker = std::make_shared<throwing_worker>(opts);
+  async_teardown_options on_it;
+  on_it.worker = worker;
+  throwing_domain a(on_it);
+  throwing_domain b(on_it);
+  std::vector<item> items(3);
+  a.put(items[0]);
+  a.put(items[1]);
+  worker->flush();
+  b.put(items[2]);
+  b.flush();
+  EXPECT_EQ(a.stats().errors, 2u);
+  EXPECT_EQ(b.stats().errors, 1u);
+  EXPECT_EQ(a.stats().reaped, 2u) << "an item whose destroy threw is still reaped, its charge released";
+  EXPECT_EQ(a.stats().pending, 0u);
+  EXPECT_EQ(worker->stats().errors, 3u);
+  EXPECT_EQ(reported.load(), 3) << "the shared worker's on_error hears every sharer's";
+}
+
+// A sharer destroyed from the shared worker's callback would flush the worker from itself and
+// leave the callback on a freed object: it aborts, saying why.
+TEST(SharedWorkerDeathTest, DestroyingADomainFromTheSharedWorkersCallbackAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto worker = std::make_shared<worker_type>();
+        auto victim = std::make_unique<domain_type>(on(worker), owned_traits{1});
+        domain_type killer(on(worker), owned_traits{0});
+        item x;
+        static std::unique_ptr<domain_type>* target;
+        target = &victim;
+        struct hook {
+          static void on_reap(const teardown::trace::reap_event&) { target->reset(); }
+        };
+        // The reap event fires on the worker, inside the killer's reap: it destroys the victim.
+        teardown::trace::add_hook<teardown::trace::reap_event>(&hook::on_reap);
+        killer.put(x);
+        killer.flush();
+      },
+      "destroyed from its own callback");
+}
+
+// ---- the domain-shutdown gate under the deterministic scheduler ------------------------------
+
+namespace sched = teardown::schedule;
+
+struct sched_item {
+  teardown::llist_node node;
+  std::atomic<int> runs{0};
+};
+
+// The worker's teardown: a domain that shutdown has given up on must never see an item again.
+struct checked_reap {
+  std::atomic<bool>* gone;
+  void operator()(sched_item& x) const noexcept {
+    sched::sync::yield();
+    sched::check(!gone->load(std::memory_order_relaxed), "an item was dispatched after its domain's shutdown returned");
+    x.runs.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+using sched_queue = teardown::llist<sched_item, &sched_item::node, sched::sync>;
+using sched_reaper = teardown::reaper<sched_item, &sched_item::node, checked_reap, sched_queue>;
+
+// A put races the domain's shutdown (gate close, then a flush of the shared worker, which keeps
+// running): the put is either refused and torn down by its caller, or enqueued before the flush.
+template <bool WaitForPuts>
+sched::explore_result put_racing_shutdown(std::uint64_t schedules) {
+  return sched::explore({.name = WaitForPuts ? "shared worker: shutdown beside a put"
+                                             : "planted: shutdown without the wait",
+                         .schedules = schedules},
+                        [] {
+                          std::atomic<bool> gone{false};
+                          sched_item x;
+                          teardown::reaper_options opts;
+                          opts.spin_polls = 0;
+                          sched_reaper worker(checked_reap{&gone}, opts);
+                          teardown::detail::domain_gate<sched::sync, WaitForPuts> gate;
+                          sched::thread putter([&] {
+                            if (gate.enter()) {
+                              worker.enqueue(x);
+                              gate.leave();
+                            } else {
+                              x.runs.fetch_add(1, std::memory_order_relaxed);  // inline
+                            }
+                          });
+                          (void)gate.close();
+                          worker.flush();
+                          gone.store(true, std::memory_order_relaxed);
+                          putter.join();
+                          worker.stop();
+                          sched::check(x.runs.load(std::memory_order_relaxed) == 1, "the item was not torn down once");
+                        });
+}
+
+TEST(SharedWorkerScheduleTest, ShutdownWaitsForAPutInFlight) {
+  const auto result = put_racing_shutdown<true>(2000);
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+}
+
+TEST(SharedWorkerScheduleTest, APlantedShutdownThatDoesNotWaitIsCaught) {
+  const auto result = put_racing_shutdown<false>(2000);
+  EXPECT_TRUE(result.failure.has_value()) << "no schedule let a put enqueue after shutdown returned";
+}
+
+}  // namespace
+
+// Driven and shared: no thread at all, one work_fd for every sharer, and a run from any sharer
+// (or the worker) tears down every sharer's items, each counted by its own domain.
+TEST(SharedWorkerTest, ADrivenSharedWorkerStartsNoThreadAndOneRunServesEverySharer) {
+  const std::size_t before = thread_count();
+  worker_type::options_type driven = worker_type::default_options();
+  driven.driven = true;
+  auto worker = std::make_shared<worker_type>(std::move(driven));
+  std::atomic<int> first_count{0};
+  std::atomic<int> second_count{0};
+  domain_type first(on(worker), owned_traits{0, &first_count});
+  domain_type second(on(worker), owned_traits{1, &second_count});
+  EXPECT_EQ(thread_count(), before);
+  ASSERT_GE(worker->work_fd(), 0);
+  EXPECT_EQ(first.work_fd(), worker->work_fd());
+  EXPECT_EQ(second.work_fd(), worker->work_fd());
+  std::vector<item> items(6);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    EXPECT_EQ((i % 2 == 0 ? first : second).put(items[i]), decision::queued);
+  }
+  EXPECT_EQ(first.stats().reaped, 0u) << "nothing runs until someone drives";
+  const teardown::drive_result ran = first.run();
+  EXPECT_EQ(ran.items, items.size());
+  EXPECT_FALSE(ran.more);
+  EXPECT_EQ(first.stats().reaped, 3u);
+  EXPECT_EQ(second.stats().reaped, 3u);
+  EXPECT_EQ(first_count.load(), 3);
+  EXPECT_EQ(second_count.load(), 3);
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
+  EXPECT_EQ(second.put(items[0]), decision::queued);
+  second.shutdown();  // flushes the driven worker on this thread
+  EXPECT_EQ(items[0].destroyed.load(), 2);
+  EXPECT_EQ(second.stats().reaped, 4u);
+  EXPECT_EQ(thread_count(), before);
+}
