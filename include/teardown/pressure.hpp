@@ -80,10 +80,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,6 +96,7 @@
 #include <utility>
 #include <vector>
 
+#include "teardown/detail/event_fd.hpp"
 #include "teardown/memory_limit.hpp"
 #include "teardown/trace.hpp"
 #include "teardown/worker_thread.hpp"
@@ -225,15 +223,15 @@ class pressure_monitor {
   explicit pressure_monitor(pressure_monitor_options opts = {}) : opts_(validated(std::move(opts))) {
     window_ = opts_.window;
     open_source();
-    stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (stop_fd_ < 0) {
-      const int error = errno;
+    try {
+      stop_.open("teardown::pressure_monitor: eventfd");
+    } catch (...) {
       close_source();
-      throw std::system_error(error, std::generic_category(), "teardown::pressure_monitor: eventfd");
+      throw;
     }
     if (const int error = detail::start_thread_with_signals_blocked(&thread_, &pressure_monitor::entry, this);
         error != 0) {
-      ::close(stop_fd_);
+      stop_.close();
       close_source();
       throw std::system_error(error, std::generic_category(), "teardown::pressure_monitor: cannot start the thread");
     }
@@ -250,13 +248,12 @@ class pressure_monitor {
     const std::lock_guard lock(stop_mutex_);
     if (joined_) return;
     // In a fork child the thread does not exist: joining it would wait for ever.
-    if (::getpid() == creator_) {
-      const std::uint64_t one = 1;
-      (void)detail::pressure_impl::write_all(stop_fd_, reinterpret_cast<const char*>(&one), sizeof one);
+    if (creator_.here()) {
+      (void)stop_.notify();
       pthread_join(thread_, nullptr);
     }
     joined_ = true;
-    ::close(stop_fd_);
+    stop_.close();
     close_source();
   }
 
@@ -352,7 +349,7 @@ class pressure_monitor {
   }
 
   void refuse_on_monitor(const char* what) const {
-    if (on_monitor_ == this) {
+    if (detail::thread_owner<pressure_monitor>::is(this)) {
       throw std::logic_error(std::string("teardown::pressure_monitor::") + what +
                              ": called from a callback on the monitor thread; it would wait for itself");
     }
@@ -493,13 +490,10 @@ class pressure_monitor {
   }
 
   void run() noexcept {
-    on_monitor_ = this;
+    detail::thread_owner<pressure_monitor>::mark(this);
 #if defined(__linux__)
-    const std::string name = opts_.name.substr(0, 15);
-    (void)pthread_setname_np(pthread_self(), name.c_str());
-    if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 0) != 0) {
-      nice_refused_.store(true, std::memory_order_relaxed);
-    }
+    (void)detail::name_this_thread(opts_.name);
+    if (!detail::set_thread_nice(detail::this_thread_tid(), 0)) nice_refused_.store(true, std::memory_order_relaxed);
 #endif
     using clock = std::chrono::steady_clock;
     const bool sampled = source_ == pressure_source::sampled;
@@ -521,7 +515,7 @@ class pressure_monitor {
     for (;;) {
       // A PSI trigger fd always polls readable (the kernel's default mask): its event is POLLPRI.
       const short wanted = source_ == pressure_source::injected ? POLLIN : POLLPRI;
-      pollfd fds[3] = {{stop_fd_, POLLIN, 0}, {watching ? watched : -1, wanted, 0}, {relief_fd, POLLIN, 0}};
+      pollfd fds[3] = {{stop_.fd(), POLLIN, 0}, {watching ? watched : -1, wanted, 0}, {relief_fd, POLLIN, 0}};
       const clock::time_point now = clock::now();
       clock::time_point wake = clock::time_point::max();
       if (sampling) wake = next_sample;
@@ -622,9 +616,9 @@ class pressure_monitor {
   std::string description_;
   std::vector<detail::pressure_impl::sampled_level> levels_;
   int trigger_fd_ = -1;
-  int stop_fd_ = -1;
+  detail::event_fd stop_;  // stop() writes it; the poll loop ends when it is readable
   pthread_t thread_{};
-  const pid_t creator_ = ::getpid();  // the process the thread runs in
+  const detail::creator_process creator_;  // the process the thread runs in
   std::mutex stop_mutex_;
   bool joined_ = false;  // guarded by stop_mutex_
 
@@ -634,8 +628,6 @@ class pressure_monitor {
   std::atomic<std::uint64_t> events_{0}, episodes_{0}, reliefs_{0}, samples_{0}, lost_{0};
   std::atomic<bool> pressured_{false};
   std::atomic<bool> nice_refused_{false};
-
-  static inline thread_local const pressure_monitor* on_monitor_ = nullptr;
 };
 
 }  // namespace teardown
