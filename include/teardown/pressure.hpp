@@ -5,69 +5,42 @@
 //     teardown::pressure_policy policy(monitor, domain);           // pressure_policy.hpp: thaw,
 //                                                                  // nice 0, drain, cap 0
 //
-// Memory that is queued is not free, and a frozen or starved worker holds it longer. Linux says
-// when memory is tight: PSI (/proc/pressure/memory, a cgroup v2's memory.pressure) wakes a
-// poll() on a trigger ("some 150000 2000000": 150 ms of stall within 2 s), which is what
-// Android's lmkd, systemd-oomd and oomd act on. The monitor turns those wake-ups into pressure
-// and relief for its subscribers (pressure_listener): pressure_policy.hpp's policy, which gives
-// a composition's queued memory back while pressure lasts, or a program's own.
+// PSI (/proc/pressure/memory, a cgroup v2's memory.pressure) wakes a poll() on a trigger
+// ("some 150000 2000000": 150 ms of stall within 2 s), as Android's lmkd and systemd-oomd use
+// it. The monitor turns those wake-ups into pressure and relief for its pressure_listeners.
 //
 // Where the events come from (pressure_source), first that works under `automatic`:
-//   psi_cgroup   a trigger on the memory.pressure of the process's cgroup v2, when that cgroup
-//                is not the root of the hierarchy and has the file (the root's is the system's);
+//   psi_cgroup   a trigger on the memory.pressure of the process's own (non-root) cgroup v2;
 //   psi_system   a trigger on /proc/pressure/memory;
-//   sampled      no trigger could be registered: every sample_interval the monitor reads the
-//                usage of each memory cgroup above the process (v2 memory.current against
-//                memory.max, v1 memory.usage_in_bytes against memory.limit_in_bytes; the files
-//                memory_limit.hpp finds) and /proc/meminfo; a sample at or over sample_percent
-//                of a limit, or with MemAvailable under (100 - sample_percent)% of MemTotal,
-//                counts as an event. Coarse: v1's usage counts page cache, which reclaim takes
-//                back cheaply. description() says why the triggers were not used;
-//   injected     an fd the caller owns (event_fd): each read of data from it is an event (an
-//                eventfd or a pipe; the monitor reads up to 8 bytes to consume it). Tests drive
-//                the real poll loop with it; relief_fd, if given, brings relief the same way.
-//                Data is read before a hang-up is acted on, so a pipe written and then closed
-//                still delivers its events; once the fd hangs up (end of file) or errs, the
-//                monitor stops watching it (counted in lost) and, still injected, never
-//                samples: relief_fd and the quiet windows still bring relief.
-// A trigger's rules (the kernel's psi_trigger_create): threshold in (0, window], window in
-// [500 ms, 10 s], and a writer without CAP_SYS_RESOURCE may only use windows that are a
-// multiple of 2 s (its triggers ride the 2 s averaging work, so events come at that pace). A
-// trigger file must be on procfs or cgroup2 (fstatfs): any other writable file would take the
-// line and never fire, so it is refused as a PSI source (the explicit source throws, automatic
-// falls back, description() says why). The
-// options are checked against the first two; a window the kernel refuses (EINVAL) that is not
-// a multiple of 2 s is retried once rounded up to one (window() says what is in force). Writing
-// the trigger to /proc/pressure/memory includes the terminating NUL (the kernel overwrites the
-// last byte written with one); a cgroup file takes the plain string.
+//   sampled      no trigger could be registered: every sample_interval, each memory cgroup above
+//                the process (usage against limit) and /proc/meminfo; a sample at or over
+//                sample_percent of a limit, or MemAvailable under (100 - sample_percent)% of
+//                MemTotal, is an event. description() says why the triggers were not used;
+//   injected     an fd the caller owns (event_fd; relief_fd optional): each read of data is an
+//                event. Once it hangs up or errs, the monitor stops watching it (lost) and never
+//                samples. Tests drive the real poll loop with it.
+// A trigger's rules: threshold in (0, window], window in [500 ms, 10 s], unprivileged windows a
+// multiple of 2 s (an EINVAL window is retried once rounded up: window() says what is in force);
+// the file must be on procfs or cgroup2 (anything else is refused as a PSI source).
+// Relief: relief_windows windows (sampled: intervals) without an event; saturating, never wrapping.
 //
-// Relief. A trigger only says "pressure"; the kernel sends at most one event per window while
-// the stall lasts. The monitor calls it relief when relief_windows windows (sampled: sample
-// intervals) pass without an event: the poll loop's own timeout, so an injected source shows it
-// as it shows events. relief_windows x window saturates at the clock's range: a quiet time
-// beyond it never ends by itself (it must not wrap and bring relief at once). The averages are
-// not used: avg10 lags the stall by seconds either way.
-//
-// The monitor thread: one, named (opts.name), nice 0, every signal sent to the process blocked
-// (worker_thread.hpp), poll() on the trigger fd (or event_fd) and on an eventfd that stop()
-// writes. Callbacks run there, one at a time, in subscription order.
+// The monitor thread: one, named (opts.name), nice 0, every signal blocked (worker_thread.hpp),
+// poll() on the trigger fd (or event_fd) and on an eventfd that stop() writes. Callbacks run
+// there, one at a time, in subscription order.
 //
 // Who may call what (the monitor must outlive every subscription and every call)
 //   constructor          any thread; opens the files, registers the trigger, starts the thread.
-//                        Throws std::invalid_argument naming the field for bad options, a
-//                        null path among them (nothing started), std::system_error if the
-//                        thread or eventfd cannot be made. A PSI source named explicitly
-//                        that cannot be had throws std::system_error too; automatic falls
-//                        back instead.
+//                        std::invalid_argument naming the field for bad options (a null path
+//                        among them; nothing started), std::system_error if the thread or eventfd
+//                        cannot be made, or a PSI source named explicitly cannot be had
+//                        (automatic falls back instead).
 //   subscribe            any thread but the monitor's; blocks while a callback runs. Refuses a
 //                        listener already subscribed (std::invalid_argument).
-//   unsubscribe          any thread but the monitor's (from a callback it would wait for
-//                        itself: std::logic_error); blocks while a callback runs. When it
-//                        returns, no callback of that listener runs or will run: the callbacks
-//                        and (un)subscription take one mutex, and the list is read under it.
+//   unsubscribe          any thread but the monitor's (from a callback: std::logic_error); blocks
+//                        while a callback runs. When it returns, no callback of that listener
+//                        runs or will run.
 //   stop, destructor     any thread but the monitor's; stop the thread and close the fds.
-//                        Idempotent. Subscribers get no relief from it (a policy restores on its
-//                        own unsubscribe).
+//                        Idempotent. Subscribers get no relief from it.
 //   source, window, description, stats, under_pressure   any thread; stats wait-free.
 // A fork child has no monitor thread: its subscriptions get no events, and stop and the
 // destructor there only close the fds.
@@ -75,6 +48,7 @@
 // Memory ordering: the subscriber list and every callback are under one mutex: whatever a
 // subscriber did before subscribe is visible to its callbacks, and whatever a callback did is
 // visible after unsubscribe returns. The counters are relaxed.
+// Design: docs/design.md, "Memory pressure: the monitor".
 #pragma once
 
 #include <fcntl.h>
@@ -98,6 +72,7 @@
 
 #include "teardown/detail/event_fd.hpp"
 #include "teardown/memory_limit.hpp"
+#include "teardown/pressure/files.hpp"
 #include "teardown/trace.hpp"
 #include "teardown/worker_thread.hpp"
 
@@ -165,54 +140,6 @@ class pressure_listener {
   pressure_listener& operator=(const pressure_listener&) = default;
   ~pressure_listener() = default;
 };
-
-namespace detail::pressure_impl {
-
-inline bool write_all(int fd, const char* data, std::size_t length) noexcept {
-  while (length > 0) {
-    const ssize_t written = ::write(fd, data, length);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    data += written;
-    length -= static_cast<std::size_t>(written);
-  }
-  return true;
-}
-
-// "MemTotal:  123 kB" -> 123 * 1024 for each of the two keys; false if either is missing.
-inline bool read_meminfo(const char* path, std::uint64_t& total, std::uint64_t& available) noexcept {
-  using memory_limit_impl::line_reader;
-  line_reader reader(path);
-  std::string_view line;
-  bool have_total = false, have_available = false;
-  const auto number = [](std::string_view rest, std::uint64_t& out) noexcept {
-    std::uint64_t value = 0;
-    bool digits = false;
-    for (const char c : rest) {
-      if (c >= '0' && c <= '9') {
-        value = value * 10 + static_cast<std::uint64_t>(c - '0');
-        digits = true;
-      } else if (digits) {
-        break;
-      }
-    }
-    out = value * 1024;
-    return digits;
-  };
-  while (reader.next(line)) {
-    if (line.substr(0, 9) == "MemTotal:") have_total = number(line.substr(9), total);
-    if (line.substr(0, 13) == "MemAvailable:") have_available = number(line.substr(13), available);
-  }
-  return have_total && have_available;
-}
-
-// One memory cgroup level the sampler reads: its usage file and its limit file.
-struct sampled_level {
-  std::string usage;
-  std::string limit;
-};
-
-}  // namespace detail::pressure_impl
 
 class pressure_monitor {
  public:
