@@ -39,7 +39,8 @@
 //   unsubscribe          any thread but the monitor's (from a callback: std::logic_error); blocks
 //                        while a callback runs. When it returns, no callback of that listener
 //                        runs or will run.
-//   stop, destructor     any thread but the monitor's; stop the thread and close the fds.
+//   stop, stop_for,      any thread but the monitor's; stop the thread and close the fds
+//   destructor           (stop_for: gives up after its timeout, the monitor still stopping).
 //                        Idempotent. Subscribers get no relief from it.
 //   source, window, description, stats, under_pressure   any thread; stats wait-free.
 // A fork child has no monitor thread: its subscriptions get no events, and stop and the
@@ -182,6 +183,35 @@ class pressure_monitor {
     joined_ = true;
     stop_.close();
     close_source();
+  }
+
+  /// stop() that waits at most `timeout` for the thread (only a callback that blocks holds it
+  /// up): true iff the thread was joined and the fds closed in time. False leaves the monitor
+  /// stopping: the thread ends after its callback, and a later stop, stop_for or the
+  /// destructor joins it.
+  template <class Rep, class Period>
+  bool stop_for(std::chrono::duration<Rep, Period> timeout) {
+    refuse_on_monitor("stop_for");
+    const auto deadline = detail::deadline_after(timeout);
+    const std::lock_guard lock(stop_mutex_);
+    if (joined_) return true;
+    if (creator_.here()) {
+      (void)stop_.notify();
+      // acquire: pairs with entry()'s release store once run() has returned.
+      while (finished_.load(std::memory_order_acquire) == 0) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) return false;
+        const auto left = deadline == std::chrono::steady_clock::time_point::max()
+                              ? std::chrono::nanoseconds(std::chrono::seconds(1))
+                              : std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
+        detail::futex_wait_for(finished_, 0, static_cast<std::uint64_t>(left.count()));
+      }
+      pthread_join(thread_, nullptr);
+    }
+    joined_ = true;
+    stop_.close();
+    close_source();
+    return true;
   }
 
   /// Adds a listener; its callbacks run from the next event on.
@@ -412,7 +442,12 @@ class pressure_monitor {
   // ---- the thread ---------------------------------------------------------------------------
 
   static void* entry(void* self) {
-    static_cast<pressure_monitor*>(self)->run();
+    auto* const monitor = static_cast<pressure_monitor*>(self);
+    monitor->run();
+    // release: pairs with stop_for's acquire load (the thread is done with the monitor but for
+    // this word, and the join stop_for then makes waits only for the thread's exit).
+    monitor->finished_.store(1, std::memory_order_release);
+    detail::futex_wake_all(monitor->finished_);
     return nullptr;
   }
 
@@ -555,6 +590,7 @@ class pressure_monitor {
   std::atomic<std::uint64_t> events_{0}, episodes_{0}, reliefs_{0}, samples_{0}, lost_{0};
   std::atomic<bool> pressured_{false};
   std::atomic<bool> nice_refused_{false};
+  std::atomic<std::uint32_t> finished_{0};  // 1 once run() returned (a futex word: stop_for)
 };
 
 }  // namespace teardown
