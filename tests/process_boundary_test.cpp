@@ -111,7 +111,8 @@ TEST(ProcessPluginTest, HelperOfADlclosedPluginStillEndsNormallyWhenItsHostExits
     }
     if (reaped == 0) kill(helper, SIGKILL);
     if (reaped != helper || status != 0) {
-      std::fprintf(stderr, "[child] the helper %d: %s\n", helper, reaped == helper ? describe(status).c_str() : "not reaped");
+      std::fprintf(stderr, "[child] the helper %d: %s\n", helper,
+                   reaped == helper ? describe(status).c_str() : "not reaped");
     }
     CHILD_CHECK(reaped == helper);
     CHILD_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);  // not SIGSEGV in unmapped code

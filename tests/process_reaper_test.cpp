@@ -852,6 +852,17 @@ TEST_F(ProcessReaperTest, StopForGivesUpWhileAReleaseRunsAndALaterStopFinishesIt
   EXPECT_EQ(victim.wait().signal, SIGKILL);
 }
 
+TEST_F(ProcessReaperTest, WorkerStatsAreTheUnderlyingReapersAsInStats) {
+  injected::set(ESRCH);
+  process_reaper reaper({.mrelease = &injected::mrelease});
+  pidfd_process victim = spawn_victim(mib);
+  EXPECT_TRUE(reaper.kill(victim));
+  reaper.flush();
+  EXPECT_EQ(reaper.worker_stats().reaped, 1u);
+  EXPECT_EQ(reaper.worker_stats().reaped, reaper.stats().worker.reaped);
+  EXPECT_EQ(victim.wait().signal, SIGKILL);
+}
+
 TEST_F(ProcessReaperTest, NiceIsTheOptionsUntilSetNiceChangesItAndBadValuesAreRefused) {
   process_reaper reaper({.nice = 5});
   EXPECT_EQ(reaper.nice(), 5);

@@ -82,8 +82,9 @@ std::string find_library() {
   }
   std::string directory(self, static_cast<std::size_t>(length));
   directory.erase(directory.rfind('/'));
-  for (const std::string& candidate : {directory + "/" + TEARDOWN_RUN_LIBRARY_FROM_BINDIR + "/" + TEARDOWN_RUN_LIBRARY_NAME,
-                                       directory + "/" + TEARDOWN_RUN_LIBRARY_NAME}) {
+  for (const std::string& candidate :
+       {directory + "/" + TEARDOWN_RUN_LIBRARY_FROM_BINDIR + "/" + TEARDOWN_RUN_LIBRARY_NAME,
+        directory + "/" + TEARDOWN_RUN_LIBRARY_NAME}) {
     char real[PATH_MAX];
     if (is_file(candidate) && realpath(candidate.c_str(), real) != nullptr) return real;
   }

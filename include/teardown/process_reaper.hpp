@@ -32,7 +32,7 @@
 //                          or the timeout (a futex on a word bumped after each release). A wait
 //                          past 10 ms raises the worker to the waiter's nice (reaper.hpp, "Boost").
 //   nice, set_nice         any thread: the worker's nice value (options.nice at start).
-//   stats, bytes_in_teardown, trace_domain   any thread; wait-free snapshots.
+//   stats, worker_stats, bytes_in_teardown, trace_domain   any thread; wait-free snapshots.
 //   destructor             stop(): every process queued is still released, on the worker.
 // What the worker makes of each process: release_result (process_reaper/options.hpp).
 //

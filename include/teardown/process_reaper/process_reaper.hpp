@@ -116,6 +116,8 @@ class process_reaper final : private teardown::detail::fork_participant {
   std::uint64_t bytes_in_teardown() const noexcept { return budget_.pending(); }
   /// Wait-free snapshot; counters are read one by one.
   process_reaper_stats stats() const noexcept;
+  /// The underlying reaper's statistics alone (stats().worker). Wait-free.
+  reaper_stats worker_stats() const noexcept { return reaper_.stats(); }
   /// This instance's trace domain (trace.hpp): carried by its process_kill / process_release.
   std::uint64_t trace_domain() const noexcept { return trace_domain_; }
 
