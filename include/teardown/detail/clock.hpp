@@ -6,6 +6,7 @@
 //   coarse_monotonic_ns   the last tick (CLOCK_MONOTONIC_COARSE): for checks that tolerate a few ms
 //   thread_cpu_ns         the calling thread's CPU time (a real system call, no vDSO)
 //   deadline_after        now + timeout, saturating at time_point::max() instead of overflowing
+// Design: docs/design.md, "The shared internal layer".
 #pragma once
 
 #include <chrono>

@@ -6,6 +6,7 @@
 // Who may call what: any thread; they allocate and read sysfs, so not async-signal-safe.
 // parse_cpu_list throws std::invalid_argument / std::out_of_range (std::stoi) on a malformed
 // number; housekeeping_cpus may throw std::bad_alloc.
+// Design: docs/design.md, "The shared internal layer".
 #pragma once
 
 #include <sched.h>

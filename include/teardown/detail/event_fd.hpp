@@ -6,6 +6,7 @@
 // Memory ordering: none of its own. The write and the poll that sees it are a system call pair;
 // what the writer did before notify is visible to the thread it wakes only through the owner's
 // own synchronization (pressure_monitor: the join that follows).
+// Design: docs/design.md, "The shared internal layer".
 #pragma once
 
 #include <sys/eventfd.h>

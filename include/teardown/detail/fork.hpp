@@ -10,6 +10,7 @@
 //                                          under that lock; they must not call add or remove
 //   creator_process::here                  any thread; one getpid() system call
 // Memory ordering: the participant set is guarded by the registry's mutex.
+// Design: docs/design.md, "The shared internal layer".
 #pragma once
 
 #include <pthread.h>

@@ -5,6 +5,7 @@
 // its word); the wakes are async-signal-safe. The futex orders nothing by itself: a waker
 // changes the word with a release operation before it wakes, and a waiter reads it with acquire
 // before it decides to sleep (each caller names that pair where it does so).
+// Design: docs/design.md, "The shared internal layer".
 #pragma once
 
 #include <atomic>

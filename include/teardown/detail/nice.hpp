@@ -3,6 +3,7 @@
 // Internal: not part of the API. Includes nothing: process.hpp keeps its footprint small.
 //
 // Who may call what: any thread; constexpr.
+// Design: docs/design.md, "The shared internal layer".
 #pragma once
 
 namespace teardown::detail {

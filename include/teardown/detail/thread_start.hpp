@@ -11,6 +11,7 @@
 //                                       calls that would wait for themselves there refuse)
 // Memory ordering: none needed. thread_owner is thread-local: each thread reads only what it
 // wrote itself.
+// Design: docs/design.md, "The shared internal layer".
 #pragma once
 
 #include <pthread.h>
