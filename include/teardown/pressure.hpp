@@ -49,7 +49,7 @@
 // Memory ordering: the subscriber list and every callback are under one mutex: whatever a
 // subscriber did before subscribe is visible to its callbacks, and whatever a callback did is
 // visible after unsubscribe returns. The counters are relaxed.
-// Design: docs/design.md, "Memory pressure: the monitor".
+// Design: docs/design.md, "Memory pressure: pressure.hpp and pressure_policy.hpp".
 #pragma once
 
 #include <fcntl.h>

@@ -45,7 +45,7 @@
 //   process/shadow_helper.hpp    the helper's code (internal)
 //   process/shadow_state.hpp     the process's one state and its lookup (internal)
 //   process/shadow_control.hpp   the owner's side and the four calls (internal)
-// Design: docs/design.md, "Shadow teardown of a whole process".
+// Design: docs/design.md, "process.hpp: shadow teardown of a whole process (Linux x86-64)".
 #pragma once
 
 #include "teardown/process/shadow_control.hpp"

@@ -53,7 +53,7 @@
 //   process_reaper/options.hpp          release_result, process_reaper_options, _stats
 //   process_reaper/anonymous_rss.hpp    the charge: a process's anonymous RSS (internal)
 //   process_reaper/process_reaper.hpp   process_reaper
-// Design: docs/design.md, "Processes: the supervisor's side".
+// Design: docs/design.md, "Processes: the supervisor's side (process_reaper.hpp, Linux)".
 #pragma once
 
 #if !defined(__linux__)

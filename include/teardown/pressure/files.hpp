@@ -4,7 +4,7 @@
 //
 // Who may call what: any thread; no allocation in write_all and read_meminfo (line_reader reads
 // into a fixed buffer), so they are safe on the monitor thread in any state.
-// Design: docs/design.md, "Memory pressure: the monitor".
+// Design: docs/design.md, "Memory pressure: pressure.hpp and pressure_policy.hpp".
 #pragma once
 
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // teardown/process/shadow_control.hpp — the owner's side of shadow teardown: start, watch,
 // kill and reap the helper, and the four public calls. Internal: part of process.hpp, which is
 // the header to include; the contract is there.
-// Design: docs/design.md, "Shadow teardown of a whole process".
+// Design: docs/design.md, "process.hpp: shadow teardown of a whole process (Linux x86-64)".
 #pragma once
 
 #include "teardown/process/shadow_helper.hpp"

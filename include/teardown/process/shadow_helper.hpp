@@ -6,7 +6,7 @@
 // never on a thread of the program's, helper_clone excepted (the owner calls it). The word
 // helper_args::word is the one thing the owner and the helper share while the helper lives:
 // release store plus FUTEX_WAKE here, acquire load_word there (process.hpp, "Memory ordering").
-// Design: docs/design.md, "Shadow teardown of a whole process".
+// Design: docs/design.md, "process.hpp: shadow teardown of a whole process (Linux x86-64)".
 #pragma once
 
 #include "teardown/process/shadow_options.hpp"

@@ -4,7 +4,7 @@
 //
 // Who may call what: plain data; check_shadow_options any thread (throws std::invalid_argument
 // naming the field).
-// Design: docs/design.md, "Shadow teardown of a whole process".
+// Design: docs/design.md, "process.hpp: shadow teardown of a whole process (Linux x86-64)".
 #pragma once
 
 #include <sys/types.h>

@@ -5,7 +5,7 @@
 // Who may call what: shared_state any thread (wait-free after the first call, which takes the
 // loader's lock in dlsym). The members marked "under mutex" only with shadow_state::mutex held;
 // owner and pid are published with release stores and read with acquire loads.
-// Design: docs/design.md, "Shadow teardown of a whole process".
+// Design: docs/design.md, "process.hpp: shadow teardown of a whole process (Linux x86-64)".
 #pragma once
 
 #include "teardown/process/shadow_helper.hpp"

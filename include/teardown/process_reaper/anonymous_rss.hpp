@@ -3,7 +3,7 @@
 //
 // Who may call what: any thread; no allocation, a few open/read system calls (not
 // async-signal-safe only for snprintf and opendir). 0 when /proc cannot tell.
-// Design: docs/design.md, "Processes: the supervisor's side".
+// Design: docs/design.md, "Processes: the supervisor's side (process_reaper.hpp, Linux)".
 #pragma once
 
 #include <dirent.h>

@@ -4,7 +4,7 @@
 //
 // Who may call what: plain data; to_string and process_mrelease_syscall any thread
 // (async-signal-safe: a switch, one system call).
-// Design: docs/design.md, "Processes: the supervisor's side".
+// Design: docs/design.md, "Processes: the supervisor's side (process_reaper.hpp, Linux)".
 #pragma once
 
 #if !defined(__linux__)

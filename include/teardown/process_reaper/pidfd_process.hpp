@@ -6,7 +6,7 @@
 // (the object is not synchronized). wait() blocks; the rest make one system call each. Errors
 // throw std::system_error ("teardown::process::pidfd_process::<call>: ..."), std::logic_error
 // for an empty object, std::invalid_argument for adopt(pid <= 0).
-// Design: docs/design.md, "Processes: the supervisor's side".
+// Design: docs/design.md, "Processes: the supervisor's side (process_reaper.hpp, Linux)".
 #pragma once
 
 #if !defined(__linux__)

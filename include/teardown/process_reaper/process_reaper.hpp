@@ -1,7 +1,7 @@
 // teardown/process_reaper/process_reaper.hpp — process_reaper: kill a process through its
 // pidfd and give its memory back with process_mrelease from a worker of ours. Part of
 // process_reaper.hpp, which is the header to include; the contract is there.
-// Design: docs/design.md, "Processes: the supervisor's side".
+// Design: docs/design.md, "Processes: the supervisor's side (process_reaper.hpp, Linux)".
 #pragma once
 
 #if !defined(__linux__)
