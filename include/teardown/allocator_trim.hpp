@@ -28,6 +28,7 @@
 // What a trim returned is measured as the process's resident set just before the call less
 // just after it (/proc/self/statm): the allocator's own statistics do not see pages it
 // madvise()s away. Other threads allocating or freeing meanwhile move that figure too.
+// Design: docs/design.md, "allocator_trim: giving freed memory back".
 #pragma once
 
 #include <fcntl.h>

@@ -54,6 +54,7 @@
 // about other memory from a value read here. A caller that keeps two counters in a relation (a
 // subset counted after its superset, say) may add to the later one with release and read it
 // first with acquire: a reader that sees that add then also sees every add made before it.
+// Design: docs/design.md, "sharded_counter".
 #pragma once
 
 #include <pthread.h>

@@ -31,12 +31,11 @@
 // - Signal handlers: every operation is async-signal-safe on std_atomics (std::atomic<void*> is
 //   lock-free, asserted in atomics.hpp) and on ao_atomics where libatomic_ops' CAS is a CPU
 //   instruction (x86-64, AArch64); a handler may add while its own thread is in the middle of an
-//   add or a del_all. The debug checks' report (fprintf, then abort) is the one exception.
+//   add or a del_all. The checks' report is write(2), then abort (detail/fatal.hpp).
 //
 // Order: a list is a stack. del_all returns its nodes newest first; llist_batch::reverse()
-// turns a batch oldest first (one walk: del_all().reverse() is a single head's whole cost of
-// an oldest-first take). add_batch inserts a prepared chain in one step, keeping the
-// chain's own order (its front becomes the newest node).
+// turns a batch oldest first in one walk. add_batch inserts a prepared chain in one step,
+// keeping the chain's own order (its front becomes the newest node).
 //
 // Memory ordering: everything a thread wrote to an element before add(element) (or before
 // add_batch of a chain holding it) is visible to the thread that takes that element with
@@ -51,14 +50,14 @@
 // out by del_all is still "on" its batch until the batch yields it. add, unsynchronized_add and
 // llist_chain's pushes refuse a node that is still on a list, chain or batch in every build:
 // they write a message naming the element type to stderr (write(2), async-signal-safe) and
-// abort, rather than link the node twice (a cycle that a consumer would walk for ever). The
-// check is one relaxed load of the node's own link, which the add writes next anyway; the pops
-// pay one relaxed store to the link they have just read.
+// abort, rather than link the node twice (a cycle a consumer would walk for ever). The check is
+// one relaxed load of the node's own link; the pops pay one relaxed store to it.
 //
 // Debug checks (on unless NDEBUG; force with TEARDOWN_LLIST_CHECKS=0/1): destroying an llist,
 // llist_batch or llist_chain that still holds nodes prints a message naming the element type
 // and aborts. With the checks off none of that code exists. Copying an element gives the copy a
 // fresh, unlinked hook.
+// Design: docs/design.md, "llist: the list".
 #pragma once
 
 #include <unistd.h>

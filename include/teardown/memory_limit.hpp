@@ -34,6 +34,7 @@
 //   - a container without one (the path is "/docker/<id>" and so is the mount's root): the
 //     mount point is the cgroup itself;
 //   - a path the mount does not show (a cgroup outside the namespace, "/.."): no figure.
+// Design: docs/design.md, "memory_limit.hpp and the shared budget: one cap of a quarter of what the process may use".
 #pragma once
 
 #include <fcntl.h>

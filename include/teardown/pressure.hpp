@@ -5,69 +5,43 @@
 //     teardown::pressure_policy policy(monitor, domain);           // pressure_policy.hpp: thaw,
 //                                                                  // nice 0, drain, cap 0
 //
-// Memory that is queued is not free, and a frozen or starved worker holds it longer. Linux says
-// when memory is tight: PSI (/proc/pressure/memory, a cgroup v2's memory.pressure) wakes a
-// poll() on a trigger ("some 150000 2000000": 150 ms of stall within 2 s), which is what
-// Android's lmkd, systemd-oomd and oomd act on. The monitor turns those wake-ups into pressure
-// and relief for its subscribers (pressure_listener): pressure_policy.hpp's policy, which gives
-// a composition's queued memory back while pressure lasts, or a program's own.
+// PSI (/proc/pressure/memory, a cgroup v2's memory.pressure) wakes a poll() on a trigger
+// ("some 150000 2000000": 150 ms of stall within 2 s), as Android's lmkd and systemd-oomd use
+// it. The monitor turns those wake-ups into pressure and relief for its pressure_listeners.
 //
 // Where the events come from (pressure_source), first that works under `automatic`:
-//   psi_cgroup   a trigger on the memory.pressure of the process's cgroup v2, when that cgroup
-//                is not the root of the hierarchy and has the file (the root's is the system's);
+//   psi_cgroup   a trigger on the memory.pressure of the process's own (non-root) cgroup v2;
 //   psi_system   a trigger on /proc/pressure/memory;
-//   sampled      no trigger could be registered: every sample_interval the monitor reads the
-//                usage of each memory cgroup above the process (v2 memory.current against
-//                memory.max, v1 memory.usage_in_bytes against memory.limit_in_bytes; the files
-//                memory_limit.hpp finds) and /proc/meminfo; a sample at or over sample_percent
-//                of a limit, or with MemAvailable under (100 - sample_percent)% of MemTotal,
-//                counts as an event. Coarse: v1's usage counts page cache, which reclaim takes
-//                back cheaply. description() says why the triggers were not used;
-//   injected     an fd the caller owns (event_fd): each read of data from it is an event (an
-//                eventfd or a pipe; the monitor reads up to 8 bytes to consume it). Tests drive
-//                the real poll loop with it; relief_fd, if given, brings relief the same way.
-//                Data is read before a hang-up is acted on, so a pipe written and then closed
-//                still delivers its events; once the fd hangs up (end of file) or errs, the
-//                monitor stops watching it (counted in lost) and, still injected, never
-//                samples: relief_fd and the quiet windows still bring relief.
-// A trigger's rules (the kernel's psi_trigger_create): threshold in (0, window], window in
-// [500 ms, 10 s], and a writer without CAP_SYS_RESOURCE may only use windows that are a
-// multiple of 2 s (its triggers ride the 2 s averaging work, so events come at that pace). A
-// trigger file must be on procfs or cgroup2 (fstatfs): any other writable file would take the
-// line and never fire, so it is refused as a PSI source (the explicit source throws, automatic
-// falls back, description() says why). The
-// options are checked against the first two; a window the kernel refuses (EINVAL) that is not
-// a multiple of 2 s is retried once rounded up to one (window() says what is in force). Writing
-// the trigger to /proc/pressure/memory includes the terminating NUL (the kernel overwrites the
-// last byte written with one); a cgroup file takes the plain string.
+//   sampled      no trigger could be registered: every sample_interval, each memory cgroup above
+//                the process (usage against limit) and /proc/meminfo; a sample at or over
+//                sample_percent of a limit, or MemAvailable under (100 - sample_percent)% of
+//                MemTotal, is an event. description() says why the triggers were not used;
+//   injected     an fd the caller owns (event_fd; relief_fd optional): each read of data is an
+//                event. Once it hangs up or errs, the monitor stops watching it (lost) and never
+//                samples. Tests drive the real poll loop with it.
+// A trigger's rules: threshold in (0, window], window in [500 ms, 10 s], unprivileged windows a
+// multiple of 2 s (an EINVAL window is retried once rounded up: window() says what is in force);
+// the file must be on procfs or cgroup2 (anything else is refused as a PSI source).
+// Relief: relief_windows windows (sampled: intervals) without an event; saturating, never wrapping.
 //
-// Relief. A trigger only says "pressure"; the kernel sends at most one event per window while
-// the stall lasts. The monitor calls it relief when relief_windows windows (sampled: sample
-// intervals) pass without an event: the poll loop's own timeout, so an injected source shows it
-// as it shows events. relief_windows x window saturates at the clock's range: a quiet time
-// beyond it never ends by itself (it must not wrap and bring relief at once). The averages are
-// not used: avg10 lags the stall by seconds either way.
-//
-// The monitor thread: one, named (opts.name), nice 0, every signal sent to the process blocked
-// (worker_thread.hpp), poll() on the trigger fd (or event_fd) and on an eventfd that stop()
-// writes. Callbacks run there, one at a time, in subscription order.
+// The monitor thread: one, named (opts.name), nice 0, every signal blocked (worker_thread.hpp),
+// poll() on the trigger fd (or event_fd) and on an eventfd that stop() writes. Callbacks run
+// there, one at a time, in subscription order.
 //
 // Who may call what (the monitor must outlive every subscription and every call)
 //   constructor          any thread; opens the files, registers the trigger, starts the thread.
-//                        Throws std::invalid_argument naming the field for bad options, a
-//                        null path among them (nothing started), std::system_error if the
-//                        thread or eventfd cannot be made. A PSI source named explicitly
-//                        that cannot be had throws std::system_error too; automatic falls
-//                        back instead.
+//                        std::invalid_argument naming the field for bad options (a null path
+//                        among them; nothing started), std::system_error if the thread or eventfd
+//                        cannot be made, or a PSI source named explicitly cannot be had
+//                        (automatic falls back instead).
 //   subscribe            any thread but the monitor's; blocks while a callback runs. Refuses a
 //                        listener already subscribed (std::invalid_argument).
-//   unsubscribe          any thread but the monitor's (from a callback it would wait for
-//                        itself: std::logic_error); blocks while a callback runs. When it
-//                        returns, no callback of that listener runs or will run: the callbacks
-//                        and (un)subscription take one mutex, and the list is read under it.
-//   stop, destructor     any thread but the monitor's; stop the thread and close the fds.
-//                        Idempotent. Subscribers get no relief from it (a policy restores on its
-//                        own unsubscribe).
+//   unsubscribe          any thread but the monitor's (from a callback: std::logic_error); blocks
+//                        while a callback runs. When it returns, no callback of that listener
+//                        runs or will run.
+//   stop, stop_for,      any thread but the monitor's; stop the thread and close the fds
+//   destructor           (stop_for: gives up after its timeout, the monitor still stopping).
+//                        Idempotent. Subscribers get no relief from it.
 //   source, window, description, stats, under_pressure   any thread; stats wait-free.
 // A fork child has no monitor thread: its subscriptions get no events, and stop and the
 // destructor there only close the fds.
@@ -75,15 +49,13 @@
 // Memory ordering: the subscriber list and every callback are under one mutex: whatever a
 // subscriber did before subscribe is visible to its callbacks, and whatever a callback did is
 // visible after unsubscribe returns. The counters are relaxed.
+// Design: docs/design.md, "Memory pressure: pressure.hpp and pressure_policy.hpp".
 #pragma once
 
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,7 +71,9 @@
 #include <utility>
 #include <vector>
 
+#include "teardown/detail/event_fd.hpp"
 #include "teardown/memory_limit.hpp"
+#include "teardown/pressure/files.hpp"
 #include "teardown/trace.hpp"
 #include "teardown/worker_thread.hpp"
 
@@ -168,54 +142,6 @@ class pressure_listener {
   ~pressure_listener() = default;
 };
 
-namespace detail::pressure_impl {
-
-inline bool write_all(int fd, const char* data, std::size_t length) noexcept {
-  while (length > 0) {
-    const ssize_t written = ::write(fd, data, length);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    data += written;
-    length -= static_cast<std::size_t>(written);
-  }
-  return true;
-}
-
-// "MemTotal:  123 kB" -> 123 * 1024 for each of the two keys; false if either is missing.
-inline bool read_meminfo(const char* path, std::uint64_t& total, std::uint64_t& available) noexcept {
-  using memory_limit_impl::line_reader;
-  line_reader reader(path);
-  std::string_view line;
-  bool have_total = false, have_available = false;
-  const auto number = [](std::string_view rest, std::uint64_t& out) noexcept {
-    std::uint64_t value = 0;
-    bool digits = false;
-    for (const char c : rest) {
-      if (c >= '0' && c <= '9') {
-        value = value * 10 + static_cast<std::uint64_t>(c - '0');
-        digits = true;
-      } else if (digits) {
-        break;
-      }
-    }
-    out = value * 1024;
-    return digits;
-  };
-  while (reader.next(line)) {
-    if (line.substr(0, 9) == "MemTotal:") have_total = number(line.substr(9), total);
-    if (line.substr(0, 13) == "MemAvailable:") have_available = number(line.substr(13), available);
-  }
-  return have_total && have_available;
-}
-
-// One memory cgroup level the sampler reads: its usage file and its limit file.
-struct sampled_level {
-  std::string usage;
-  std::string limit;
-};
-
-}  // namespace detail::pressure_impl
-
 class pressure_monitor {
  public:
   static constexpr std::chrono::microseconds min_window = std::chrono::milliseconds(500);
@@ -225,15 +151,15 @@ class pressure_monitor {
   explicit pressure_monitor(pressure_monitor_options opts = {}) : opts_(validated(std::move(opts))) {
     window_ = opts_.window;
     open_source();
-    stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (stop_fd_ < 0) {
-      const int error = errno;
+    try {
+      stop_.open("teardown::pressure_monitor: eventfd");
+    } catch (...) {
       close_source();
-      throw std::system_error(error, std::generic_category(), "teardown::pressure_monitor: eventfd");
+      throw;
     }
     if (const int error = detail::start_thread_with_signals_blocked(&thread_, &pressure_monitor::entry, this);
         error != 0) {
-      ::close(stop_fd_);
+      stop_.close();
       close_source();
       throw std::system_error(error, std::generic_category(), "teardown::pressure_monitor: cannot start the thread");
     }
@@ -250,14 +176,42 @@ class pressure_monitor {
     const std::lock_guard lock(stop_mutex_);
     if (joined_) return;
     // In a fork child the thread does not exist: joining it would wait for ever.
-    if (::getpid() == creator_) {
-      const std::uint64_t one = 1;
-      (void)detail::pressure_impl::write_all(stop_fd_, reinterpret_cast<const char*>(&one), sizeof one);
+    if (creator_.here()) {
+      (void)stop_.notify();
       pthread_join(thread_, nullptr);
     }
     joined_ = true;
-    ::close(stop_fd_);
+    stop_.close();
     close_source();
+  }
+
+  /// stop() that waits at most `timeout` for the thread (only a callback that blocks holds it
+  /// up): true iff the thread was joined and the fds closed in time. False leaves the monitor
+  /// stopping: the thread ends after its callback, and a later stop, stop_for or the
+  /// destructor joins it.
+  template <class Rep, class Period>
+  bool stop_for(std::chrono::duration<Rep, Period> timeout) {
+    refuse_on_monitor("stop_for");
+    const auto deadline = detail::deadline_after(timeout);
+    const std::lock_guard lock(stop_mutex_);
+    if (joined_) return true;
+    if (creator_.here()) {
+      (void)stop_.notify();
+      // acquire: pairs with entry()'s release store once run() has returned.
+      while (finished_.load(std::memory_order_acquire) == 0) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) return false;
+        const auto left = deadline == std::chrono::steady_clock::time_point::max()
+                              ? std::chrono::nanoseconds(std::chrono::seconds(1))
+                              : std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
+        detail::futex_wait_for(finished_, 0, static_cast<std::uint64_t>(left.count()));
+      }
+      pthread_join(thread_, nullptr);
+    }
+    joined_ = true;
+    stop_.close();
+    close_source();
+    return true;
   }
 
   /// Adds a listener; its callbacks run from the next event on.
@@ -352,7 +306,7 @@ class pressure_monitor {
   }
 
   void refuse_on_monitor(const char* what) const {
-    if (on_monitor_ == this) {
+    if (detail::thread_owner<pressure_monitor>::is(this)) {
       throw std::logic_error(std::string("teardown::pressure_monitor::") + what +
                              ": called from a callback on the monitor thread; it would wait for itself");
     }
@@ -488,18 +442,20 @@ class pressure_monitor {
   // ---- the thread ---------------------------------------------------------------------------
 
   static void* entry(void* self) {
-    static_cast<pressure_monitor*>(self)->run();
+    auto* const monitor = static_cast<pressure_monitor*>(self);
+    monitor->run();
+    // release: pairs with stop_for's acquire load (the thread is done with the monitor but for
+    // this word, and the join stop_for then makes waits only for the thread's exit).
+    monitor->finished_.store(1, std::memory_order_release);
+    detail::futex_wake_all(monitor->finished_);
     return nullptr;
   }
 
   void run() noexcept {
-    on_monitor_ = this;
+    detail::thread_owner<pressure_monitor>::mark(this);
 #if defined(__linux__)
-    const std::string name = opts_.name.substr(0, 15);
-    (void)pthread_setname_np(pthread_self(), name.c_str());
-    if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 0) != 0) {
-      nice_refused_.store(true, std::memory_order_relaxed);
-    }
+    (void)detail::name_this_thread(opts_.name);
+    if (!detail::set_thread_nice(detail::this_thread_tid(), 0)) nice_refused_.store(true, std::memory_order_relaxed);
 #endif
     using clock = std::chrono::steady_clock;
     const bool sampled = source_ == pressure_source::sampled;
@@ -521,7 +477,7 @@ class pressure_monitor {
     for (;;) {
       // A PSI trigger fd always polls readable (the kernel's default mask): its event is POLLPRI.
       const short wanted = source_ == pressure_source::injected ? POLLIN : POLLPRI;
-      pollfd fds[3] = {{stop_fd_, POLLIN, 0}, {watching ? watched : -1, wanted, 0}, {relief_fd, POLLIN, 0}};
+      pollfd fds[3] = {{stop_.fd(), POLLIN, 0}, {watching ? watched : -1, wanted, 0}, {relief_fd, POLLIN, 0}};
       const clock::time_point now = clock::now();
       clock::time_point wake = clock::time_point::max();
       if (sampling) wake = next_sample;
@@ -622,9 +578,9 @@ class pressure_monitor {
   std::string description_;
   std::vector<detail::pressure_impl::sampled_level> levels_;
   int trigger_fd_ = -1;
-  int stop_fd_ = -1;
+  detail::event_fd stop_;  // stop() writes it; the poll loop ends when it is readable
   pthread_t thread_{};
-  const pid_t creator_ = ::getpid();  // the process the thread runs in
+  const detail::creator_process creator_;  // the process the thread runs in
   std::mutex stop_mutex_;
   bool joined_ = false;  // guarded by stop_mutex_
 
@@ -634,8 +590,7 @@ class pressure_monitor {
   std::atomic<std::uint64_t> events_{0}, episodes_{0}, reliefs_{0}, samples_{0}, lost_{0};
   std::atomic<bool> pressured_{false};
   std::atomic<bool> nice_refused_{false};
-
-  static inline thread_local const pressure_monitor* on_monitor_ = nullptr;
+  std::atomic<std::uint32_t> finished_{0};  // 1 once run() returned (a futex word: stop_for)
 };
 
 }  // namespace teardown

@@ -1,154 +1,54 @@
 // teardown/sharded_llist.hpp — llist with one head per producer thread, for many-core producers.
 //
-// Every add to an llist is a compare-and-swap on one cache line; with many producers that line
-// is what they all wait for (792 ns per push at 16 producers, measured). A sharded_llist keeps
-// K llists, each head on a cache line of its own, and a thread always adds to the same one, so
-// producers on different shards never write the same line. It is a drop-in for llist as the
-// queue of a consumer that sleeps and is woken on the empty -> non-empty transition: add,
-// add_batch, del_all and empty have llist's signatures and meanings.
+// Every add to an llist is a compare-and-swap on one cache line (792 ns per push at 16
+// producers, measured). A sharded_llist keeps K llists, each head on its own line, and a thread
+// always adds to the same one. It is a drop-in for llist as the queue of a consumer that sleeps
+// and is woken on the empty -> non-empty transition: add, add_batch, del_all and empty have
+// llist's signatures and meanings.
 //
 //     sharded_llist<job, &job::hook> queue;       // K = hardware threads, rounded up to 2^n
 //     if (queue.add(j)) wake_consumer();          // true: the consumer needs a kick
 //     for (job& j : queue.del_all_oldest_first()) run(j);  // every shard; oldest first per shard
 //     queue.del_all_by_shard([](auto&& nodes) { for (job& j : nodes) run(j); });  // newest first
 //
-// Who may call what at the same time on one sharded_llist ("-": no lock needed; "del_all" is
-// every take: del_all, del_all_oldest_first, del_all_by_shard, del_all_sweep and
-// del_all_sweep_oldest_first):
+// Who may call what at the same time on one sharded_llist: everything with everything, no lock
+// ("del_all" is every take: del_all, del_all_oldest_first, del_all_by_shard, del_all_sweep and
+// del_all_sweep_oldest_first; each node goes to exactly one taker).
+// - add, add_batch, add_to: lock-free (one llist add on the shard and, when the shard was empty,
+//   a CAS loop on the summary word). A thread's first call takes its shard index (lock-free, no
+//   allocation; counter.hpp). Async-signal-safe, as are del_all and empty (on std_atomics).
+// - del_all: wait-free on std_atomics, at most K + 1 exchanges; then del_all walks the taken
+//   shards to join them, del_all_oldest_first's one walk is the reversal, del_all_by_shard
+//   walks nothing and hands each shard's batch to its visitor.
+// - No del_first and no unsynchronized_*: a consumer that sleeps between batches needs neither.
 //
-//                             add / add_batch / add_to   del_all   empty
-//     add / add_batch / add_to           -                  -        -
-//     del_all                            -                  -        -
-//     empty                              -                  -        -
+// Shards: K is fixed at construction (shard_count()), a power of two. A thread adds to shard
+// (its index & (K - 1)); the index is the lowest no live thread holds (counter.hpp's
+// detail::this_thread_shard_index), so with at most K live threads adding, none share. More
+// threads share: slower, never wrong. add_to(shard, element) picks the shard.
+// Order: del_all gives shard 0 first, each shard newest first; del_all_oldest_first shard 0
+// first, each shard oldest first; del_all_by_shard visits shard 0 first, each newest first.
+// A thread's own adds keep their order; nodes of different shards have none.
 //
-// - add, add_batch and add_to race with anything. Lock-free: one llist add on the shard and, when
-//   the shard was empty, one compare-and-swap loop on the shared summary word (see "The summary
-//   word"), which retries only when another thread changed that word in between. A thread's
-//   first call of any of teardown's sharded structures (this one or sharded_counter) also takes
-//   the thread's shard index: lock-free too, with no allocation (counter.hpp). Async-signal-safe,
-//   the first call included, as are del_all and empty (on std_atomics; see llist.hpp).
-// - del_all races with adds and with other del_all callers; each node goes to exactly one of
-//   them. Wait-free on std_atomics: a load of the summary word and, if it holds flags, one
-//   exchange of it and one exchange per flagged shard; if it holds none, a relaxed load of
-//   every shard and one exchange per shard found non-empty (at most K + 1 exchanges). Then
-//   del_all walks the nodes it takes to join the shards (see "Order"); del_all_oldest_first's
-//   one walk is the reversal an oldest-first consumer needs anyway, and del_all_by_shard walks
-//   nothing but hands each shard's batch to its visitor. Every take variant is the same take.
-// - There is no del_first: popping one node would have to pick a shard, would carry llist's
-//   single-consumer rule (the ABA note in llist.hpp) on that shard, and would need a rule for
-//   re-arming the was-empty signal when a consumer empties the list one node at a time. A
-//   consumer that sleeps between batches does not need it. No unsynchronized_* either.
-//
-// Shards: K is fixed at construction (shard_count()), a power of two so that picking the shard
-// is a mask. A thread adds to shard (its index & (K - 1)), the index it got on its first call
-// (counter.hpp's detail::this_thread_shard_index: the lowest index no live thread holds, given
-// back when the thread exits; with more than 4096 live threads, shared). Not sched_getcpu(): a thread migrates between reading its CPU
-// and adding, so a CPU index would not stay with the thread. With at most K live threads
-// adding, no two share a shard, however threads come and go (a round-robin counter would pair
-// them up after thread churn). More threads than shards share: that costs speed, never
-// correctness. add_to(shard, element) adds to a shard of the caller's choosing.
-//
-// Order: del_all concatenates the shards it takes, shard 0 first, each newest first; reverse()
-// makes each shard oldest first (and the shards last first). del_all_oldest_first gives shard 0
-// first, each shard oldest first (del_all().reverse() per shard, the shards in del_all's order);
-// del_all_by_shard visits shard 0's batch first, each newest first. A thread adds to one shard,
-// so its own adds keep their order; there is no order between nodes of different shards.
-// Joining: a batch is a singly linked run that knows only its first node, so del_all's join
-// walks each taken shard's nodes but the last shard's to find its end: one more pass over the
-// nodes a consumer then walks anyway, which costs a cache miss per node when the nodes are
-// scattered in memory (recycled in random order, as in real programs). del_all_oldest_first
-// has no join walk: it reverses each taken shard's run onto the front of the runs already
-// taken (last shard first), and the reversal ends on the run's first node, which is the link;
-// so an oldest-first take costs one walk, as llist's del_all().reverse() does.
-// del_all_by_shard joins nothing.
-//
-// The summary word. One word, summary_, holds a bit per shard (shard i has bit i mod 64; with
-// more than 64 shards a bit stands for every shard of its residue). A set bit says "this shard
-// went empty -> non-empty since the last del_all cleared the word". It serves two ends: del_all
-// visits only flagged shards instead of all K (a take at low producer counts touches two lines,
-// not K + 1), and the word's being zero is the was-empty signal's "armed" state.
-// - add: push to the shard (llist's release CAS). If the shard was non-empty, return false. If
-//   it was empty, set the shard's bit with a CAS loop (release) and return whether the word was
-//   zero just before: true for the first flag since the last clear, and that add kicks.
-// - del_all: load the word (relaxed). If it holds flags: FIRST summary_.exchange(0) (acquire;
-//   clear and read the flags), THEN exchange every shard whose bit that read. If the load (or
-//   the exchange) read zero, it takes no shard by flag; instead it loads every head (relaxed)
-//   and exchanges each non-empty one (see "Nodes behind a flag not yet set"). A poll of an idle
-//   list thus writes nothing: it leaves every line with its producer.
-// llist::add returns true when the list was empty; here a shard going empty -> non-empty is not
-// enough (the consumer may be awake, busy with another shard's nodes, or asleep with every shard
-// empty), and reading all K heads on every add would bring back the shared line.
-// Every write to summary_ is a read-modify-write, so they fall in one modification order and each
-// reads the value just before it. Call an add that returns true a kick. The guarantee: for every
-// node added there is a kick (the node's own add, or an earlier or still-running one) such that
-// every del_all that begins after that kick has returned takes the node, or another del_all
-// (earlier, or running beside it) does. So a consumer that calls del_all after every kick it
-// receives, and sleeps only when one comes back empty with no kick pending, never sleeps on a
-// node.
-// Why: let add(x) push x onto shard s, and let z be the node whose push made s non-empty most
-// recently before x's (z = x if x found s empty). No take of s falls between z's push and x's in
-// s's order, so the first take of s after z's push takes x. z's adder then flags s with a CAS E
-// (it may not have yet: its add is still running, and until it does, nodes behind z wait for a
-// del_all that finds the word zero, as nodes behind an llist adder that has not kicked yet wait).
-// If E read zero, E is the kick. If not, walk back through summary_'s order: before E come only
-// producer flags back to the last clear (or the initial zero), and the first of them, F, read
-// zero and kicked. No clear lies between F and E. A del_all D that begins after F returned reads
-// the word after F (F happens before its load, which therefore reads F's value or a later one).
-// If D read flags, it clears at R, after F, hence after E; if it read zero, that zero is later
-// than F's value, so a clear lies after F, hence after E. Either way a clear follows E. The
-// first clear after E reads s's bit (only a clear removes a bit), and its del_all (D, or one
-// running beside or before it) exchanges s. E is a release and
-// the clear an acquire, and everything between them on summary_ is an RMW (E's release
-// sequence), so E synchronizes with the clear: z's push happens before that del_all's exchange
-// of s, which therefore comes after z's push in s's order and takes x unless an earlier take
-// after z's push did.
-// "del_all" here is any take variant (all share one take): the argument uses only that a take
-// clears before it exchanges the shards it read, never the order of those exchanges, nor how
-// long after the clear they come (del_all_by_shard runs a visit between two of them).
-// The races this rules out, each of which loses a node: a del_all that clears after taking the
-// shards (a push between its take of s and its clear is flagged, then the flag is wiped: nothing
-// visits s until the list happens to go quiet); an adder that flags before it pushes (a del_all
-// between the flag and the push clears the flag, finds s empty, and the push comes with no flag
-// and no kick); and a clear by plain store, or a producer that skips its CAS because it reads
-// its bit set, where each side could miss the other's write (store buffering).
-// Spurious kicks and visits happen (an add between a clear and that del_all's exchange of its
-// shard kicks and flags though del_all takes its node): they cost one empty del_all, or one
-// exchange of an empty shard.
-//
-// Nodes behind a flag not yet set. Between an adder's push and its flag, its shard is non-empty
-// but unflagged. A del_all that reads the word as zero therefore looks at every shard (a relaxed
-// load each, which costs nothing on a shard no producer wrote since the last take) and takes
-// those that hold nodes. So a del_all that comes back empty saw every shard empty, one by one;
-// a consumer that drains until del_all comes back empty takes every node whose add has
-// returned; and a node whose adder stopped for good between the two steps (a thread of the
-// parent in a fork child, a thread stopped in a debugger) is not stranded. Taking such a shard
-// early only makes its adder's flag a spurious one.
-//
-// Cost. A producer writes its own shard's line on every add, and the shared summary line only
-// when its shard went empty -> non-empty: at most once per shard per taking of that shard, i.e.
-// per consumer pass. So sharding pays when shards stay non-empty between passes (a consumer busy
-// with a batch, bursts of adds); if the consumer drains every shard after each add, each add
-// costs two RMWs, one of them on the summary word, which then is as contended as an llist head.
-// A take costs a load and an RMW of the summary word and one exchange per flagged shard (each a
-// line transfer: a producer wrote it), or 1 + K relaxed loads and no write when nothing is
-// flagged (lines the consumer already holds, unless a producer wrote them); then del_all walks
-// the nodes of every taken shard but the last (the join above), del_all_oldest_first walks
-// every node once (the reversal), and del_all_by_shard walks none (O(flagged shards) plus the
-// visits). empty() is K relaxed loads.
+// The kick (the summary word summary_: a bit per shard, set when the shard goes empty ->
+// non-empty, cleared by a take BEFORE it exchanges the shards it read): for every node added
+// there is an add that returned true (a kick) such that every del_all that begins after that
+// kick has returned takes the node, or another del_all does. So a consumer that calls del_all
+// after every kick it receives, and sleeps only when one comes back empty with no kick pending,
+// never sleeps on a node. A del_all that reads the word as zero looks at every shard, so a
+// del_all that comes back empty saw every shard empty, and a node whose adder stopped between
+// its push and its flag (a fork child, a debugger) is not stranded. Spurious kicks happen.
 //
 // Memory ordering: as llist's. Everything a thread wrote to an element before add(element) (or
 // before add_batch of a chain holding it) is visible to the thread that takes it with del_all:
 // the shard's release CAS pairs with its acquire exchange. summary_ publishes nothing by itself;
-// its release/acquire pair only orders the pushes before the exchanges that must see them (the
-// argument above). Neither side needs the other half of acq_rel: a producer reads nothing the
-// consumer wrote, and a kick carries its own ordering to the consumer. empty() is a relaxed
-// snapshot of K heads read one after another, for heuristics and quiescent checks, like
-// llist::empty().
+// its release flag CAS and acquire clear only order the pushes before the exchanges that must
+// see them. empty() is a relaxed snapshot of K heads, for heuristics and quiescent checks.
 //
-// Adding twice: as llist's (see llist.hpp). A node's on_list() is true from its add to any
-// shard until the batch from del_all yields it; adding a node still on a shard aborts.
-// Debug checks: those of llist, llist_batch and llist_chain (see llist.hpp). Destroying a
-// sharded_llist that still holds nodes aborts with llist's message, from the shard that has them.
+// Adding twice: as llist's. A node's on_list() is true from its add to any shard until a take
+// yields it; adding a node still on a shard aborts. Destroying a sharded_llist that still holds
+// nodes aborts with llist's message. Debug checks: those of llist, llist_batch and llist_chain.
+// Design: docs/design.md, "sharded_llist: one head per producer thread".
 #pragma once
 
 #include <algorithm>

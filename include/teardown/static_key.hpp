@@ -20,6 +20,7 @@
 // synchronization before the key can be turned on. Writers are serialized by a mutex, so once
 // concurrent writers have all returned, the key holds the value of the last writer to take
 // the mutex — "the last value written".
+// Design: docs/design.md, "static_key, counting_static_key, const_key".
 #pragma once
 
 #include <atomic>

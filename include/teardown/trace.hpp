@@ -1,23 +1,12 @@
 // teardown/trace.hpp — trace points: USDT probes for perf/bpftrace, and optional in-process hooks.
 //
-// The kernel series emits two trace points (queue, reap) so that an operator can see what was
-// deferred and how long it waited. teardown emits four events — queue, reap, sync, reject — a
-// fifth, pressure, for what a memory-pressure policy did (pressure.hpp), two for a supervisor's
-// process_reaper (process_kill, process_release), and boost, for a worker's priority raised
-// while work waited for it and lowered again (reaper.hpp, "Boost"), two ways at once:
-//
-//   USDT  When <sys/sdt.h> is available (Debian: systemtap-sdt-dev), every event is a USDT probe
-//         under provider `teardown` (teardown:queue, teardown:reap, teardown:sync,
-//         teardown:reject, teardown:pressure, teardown:process_kill, teardown:process_release,
-//         teardown:boost).
-//         Unattached, a probe is a single nop instruction plus an ELF note;
-//         perf, bpftrace and SystemTap attach to it without recompiling, e.g.
-//           bpftrace -e 'usdt:./app:teardown:queue { @cost = hist(arg1); }'
-//           bpftrace -e 'usdt:./app:teardown:queue { @cost[arg5] = hist(arg1); }'  (per domain)
-//         A tracer reads a string argument (str(argN)) without faulting its page in: a
-//         string on a page the program has not touched yet reads as "" (rare; the
-//         library's strings are literals, resident once used nearby).
-//         Arguments are the event's fields in the order of the structs below, the domain last:
+// Events: queue, reap, sync, reject (async_teardown and its peers), pressure (a memory-pressure
+// policy, pressure.hpp), process_kill and process_release (process_reaper), boost (a worker's
+// priority raised while work waited, reaper.hpp "Boost"). Each is emitted two ways at once:
+//   USDT  where <sys/sdt.h> exists (TEARDOWN_HAVE_SDT forces on, TEARDOWN_NO_SDT off), a probe
+//         under provider `teardown`: a nop plus an ELF note until a tracer attaches, e.g.
+//           bpftrace -e 'usdt:./app:teardown:queue { @cost[arg5] = hist(arg1); }'
+//         Arguments are the fields of the structs below, the domain last:
 //           queue  (id, cost, tid, thread_name, cpu, domain)             arg5 = domain
 //           reap   (id, charged_cost, live_cost, cpu, wait_ns, domain)   arg5 = domain
 //           sync   (id, cost, reason, domain)                            arg3 = domain
@@ -26,62 +15,39 @@
 //           process_kill    (pid, bytes, signal, domain)                 arg3 = domain
 //           process_release (pid, bytes, result, tries, wait_ns, domain) arg5 = domain
 //           boost  (tid, nice_before, nice_after, reason, domain)        arg4 = domain
-//   hook  A program may install up to max_hooks (8) functions per event at run time
-//         (add_hook), each removable on its own (remove_hook). Each event's hooks sit behind
-//         a static_key that is on while any is installed, so an unhooked event costs one
-//         relaxed load.
-//
-// The domain: every instance that emits events — an async_teardown, and so a deferred_domain
-// and each of the model's workers (mm_reaper, swap_release) — takes a process-unique, nonzero
-// id at construction (new_domain()), returned by its trace_domain(), and carries it in every
-// event it emits: two instances' events are told apart by it. 0 means "not emitted by an
-// instance" (a program calling the emit functions itself without one). A reaper_pool behind one
-// async_teardown is one domain. Ids are unique per copy of this header's counter: a program
-// that builds shared objects with hidden visibility has one counter per shared object.
-//
-// Detection: defining TEARDOWN_HAVE_SDT (to anything; the CMake target does so in its own build
-// tree when it finds sys/sdt.h) forces the probes on, defining TEARDOWN_NO_SDT forces them off;
-// otherwise __has_include decides.
+//   hook  up to max_hooks (8) functions per event, installed at run time; each event's hooks sit
+//         behind a static_key, so an unhooked event costs one relaxed load.
+// The domain: each emitting instance takes a process-unique nonzero id (new_domain(), its
+// trace_domain()) and carries it in every event; 0: emitted by no instance. Strings travel as
+// `const char*`, valid for the event only.
 //
 // Who may call what
-//   emit functions (trace::queue, ...)  any thread, and signal handlers. Wait-free and
-//                                       async-signal-safe (no lock, no allocation): unhooked, a
-//                                       nop and one relaxed load; hooked, two RMWs on a per-event
-//                                       line, max_hooks loads and the hooks, called on the
-//                                       emitting thread, which must then be as cheap, as
-//                                       thread-safe and as signal-safe as the caller needs.
+//   emit functions (trace::queue, ...)  any thread, and signal handlers: wait-free and
+//                                       async-signal-safe (no lock, no allocation). Hooks run on
+//                                       the emitting thread and must be as cheap, thread-safe
+//                                       and signal-safe as the caller needs.
 //   add_hook                            any thread, a hook included; writers serialize on a
-//                                       mutex per event (may block briefly). Throws, changing
-//                                       nothing: std::invalid_argument for nullptr or a hook
-//                                       already installed for the event, std::length_error when
-//                                       the event already has max_hooks.
-//   remove_hook, set_hook, clear_hook   any thread but a hook's and a signal handler (each
-//                                       waits for the hooks running at its call, so from inside
-//                                       one it would wait for itself). Blocking: returns once no
-//                                       emit that could have loaded a removed hook is still
-//                                       running, so afterwards a removed hook is never called
-//                                       again. remove_hook of a hook not installed is a no-op
-//                                       that returns false. set_hook(fn) replaces every hook of
-//                                       the event with fn (nullptr: none); clear_hook removes
-//                                       them all.
+//                                       mutex per event. Throws, changing nothing:
+//                                       std::invalid_argument (nullptr, or already installed),
+//                                       std::length_error (the event has max_hooks already).
+//   remove_hook, set_hook, clear_hook   any thread but a hook's and a signal handler. Blocking:
+//                                       returns once no emit that could have loaded a removed
+//                                       hook still runs, so a removed hook is never called
+//                                       again. remove_hook of a hook not installed returns
+//                                       false; set_hook(fn) replaces every hook (nullptr: none).
 //   hooked                              any thread; wait-free.
-// An emit racing with a writer may or may not call a hook being added, and may still call a
-// hook being removed (once), until that remove returns. Each emit calls each hook at most once,
-// in no specified order. A child forked while another thread was inside a hook may use every
-// writer (its in-flight counts restart at zero); a child forked from inside a hook, or while
-// another thread was inside a writer, may only exec or _exit.
-//
-// Strings (thread names, reasons) travel as `const char*`, never as fixed-size copies: a hook or
-// a probe reads them during the event, and they must stay valid only for that long.
+// An emit racing with a writer may or may not call a hook being added, and may still call one
+// being removed (once), until that remove returns; each emit calls each hook at most once, in no
+// specified order. A child forked from inside a hook, or during a writer, may only exec or _exit.
 //
 // Memory ordering: a hook is installed with a release store and loaded by the emit with acquire
-// (seq_cst, which includes it), so whatever the program set up before add_hook (state the hook
-// reads) is visible to a hook called on another thread. Removal is the store-buffering pattern,
-// all four accesses seq_cst: the emit counts itself in flight, then loads the hooks; the writer
-// stores nullptr, then reads the counts. So either the emit loads nullptr, or the writer sees it
-// counted and waits for its release decrement (which its acquire read of 0 pairs with); hence
-// "never called again". The key itself is relaxed (see static_key.hpp). docs/design.md has the
-// argument at length.
+// (seq_cst, which includes it), so whatever the program set up before add_hook is visible to a
+// hook called on another thread. Removal is the store-buffering pattern, all four accesses
+// seq_cst: the emit counts itself in flight, then loads the hooks; the writer stores nullptr,
+// then reads the counts. So either the emit loads nullptr, or the writer sees it counted and
+// waits for its release decrement (which its acquire read of 0 pairs with). The key itself is
+// relaxed (static_key.hpp).
+// Design: docs/design.md, "trace points".
 #pragma once
 
 #include <pthread.h>

@@ -838,6 +838,41 @@ TEST_F(ProcessReaperTest, AfterStopKillReleasesOnTheCaller) {
   EXPECT_EQ(victim.wait().signal, SIGKILL);
 }
 
+TEST_F(ProcessReaperTest, StopForGivesUpWhileAReleaseRunsAndALaterStopFinishesIt) {
+  gated::open = false;
+  gated::entered = 0;
+  pidfd_process victim = spawn_victim(mib);
+  process_reaper reaper({.mrelease = &gated::mrelease});
+  EXPECT_TRUE(reaper.kill(victim));
+  ASSERT_TRUE(teardown_test::eventually([] { return gated::entered.load() == 1; }));
+  EXPECT_FALSE(reaper.stop_for(20ms)) << "the worker is held in its release";
+  gated::open = true;
+  EXPECT_TRUE(reaper.stop_for(30s));
+  EXPECT_EQ(reaper.stats().pending, 0u);
+  EXPECT_EQ(victim.wait().signal, SIGKILL);
+}
+
+TEST_F(ProcessReaperTest, WorkerStatsAreTheUnderlyingReapersAsInStats) {
+  injected::set(ESRCH);
+  process_reaper reaper({.mrelease = &injected::mrelease});
+  pidfd_process victim = spawn_victim(mib);
+  EXPECT_TRUE(reaper.kill(victim));
+  reaper.flush();
+  EXPECT_EQ(reaper.worker_stats().reaped, 1u);
+  EXPECT_EQ(reaper.worker_stats().reaped, reaper.stats().worker.reaped);
+  EXPECT_EQ(victim.wait().signal, SIGKILL);
+}
+
+TEST_F(ProcessReaperTest, NiceIsTheOptionsUntilSetNiceChangesItAndBadValuesAreRefused) {
+  process_reaper reaper({.nice = 5});
+  EXPECT_EQ(reaper.nice(), 5);
+  EXPECT_TRUE(reaper.set_nice(7)) << "raising the nice value needs no privilege";
+  EXPECT_EQ(reaper.nice(), 7);
+  EXPECT_THROW((void)reaper.set_nice(20), std::invalid_argument);
+  EXPECT_THROW((void)reaper.set_nice(-21), std::invalid_argument);
+  EXPECT_EQ(reaper.nice(), 7) << "a refused value changes nothing";
+}
+
 // Drops (or gives back) CAP_KILL from the calling thread's effective set: capabilities are per
 // thread, so the rest of the process keeps it. False if the kernel refuses.
 bool set_own_kill_capability(bool effective) {

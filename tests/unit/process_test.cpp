@@ -146,8 +146,9 @@ bool maps_cover(pid_t pid, unsigned long address, std::size_t size) {
   std::istringstream maps(proc(pid, "maps"));
   for (std::string line; std::getline(maps, line);) {
     unsigned long start = 0, end = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx", &start, &end) == 2 && start <= address && address + size <= end)
+    if (std::sscanf(line.c_str(), "%lx-%lx", &start, &end) == 2 && start <= address && address + size <= end) {
       return true;
+    }
   }
   return false;
 }
@@ -824,8 +825,8 @@ TEST(ProcessShadowCodeTest, HelperCodeCallsNothingElseAndTouchesNoThreadLocalSto
   ASSERT_TRUE(std::any_of(symbols.begin(), symbols.end(),
                           [](const std::string& s) { return s.find("helper_main") != std::string::npos; }));
   for (const std::string& symbol : symbols) {
-    std::FILE* objdump =
-        popen(("objdump -d --no-show-raw-insn --disassemble=" + symbol + " '" + exe + "'").c_str(), "r");
+    const std::string command = "objdump -d --no-show-raw-insn --disassemble=" + symbol + " '" + exe + "'";
+    std::FILE* objdump = popen(command.c_str(), "r");
     ASSERT_NE(objdump, nullptr);
     char line[1024];
     int instructions = 0;

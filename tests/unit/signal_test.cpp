@@ -1,8 +1,8 @@
 // Signals and teardown's threads: every thread the library starts blocks every signal sent to
-// the process (all but the fault signals, which stay deliverable) from its first instruction, so
-// a process-directed signal never lands on one; and enqueue is async-signal-safe: a handler may
-// enqueue even when it interrupted its thread inside malloc, and a thread's first enqueue may
-// happen there.
+// the process (all but the fault signals, which stay deliverable) from its first instruction,
+// so a process-directed signal never lands on one; and enqueue is
+// async-signal-safe: a handler may enqueue even when it interrupted its thread inside malloc,
+// and a thread's first enqueue may happen there.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -120,8 +120,9 @@ std::map<pid_t, std::string> library_threads(const std::set<pid_t>& before, cons
       seen.insert(name);
     }
     bool all = true;
-    for (const std::string& name : names)
+    for (const std::string& name : names) {
       all = all && seen.count(name) >= static_cast<std::size_t>(std::count(names.begin(), names.end(), name));
+    }
     if (all) return found;
     if (std::chrono::steady_clock::now() > deadline) {
       ADD_FAILURE() << "the library threads did not all appear (and name themselves) within 30 s";

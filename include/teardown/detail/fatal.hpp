@@ -3,6 +3,7 @@
 // Who may call what: any thread, a signal handler included (write(2) only: no stdio lock, no
 // allocation). For misuse that cannot be refused with an exception (a destructor, a noexcept
 // enqueue) and would otherwise be undefined behaviour. Internal: not part of the API.
+// Design: docs/design.md, "The shared internal layer".
 #pragma once
 
 #include <unistd.h>

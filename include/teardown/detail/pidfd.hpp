@@ -3,6 +3,7 @@
 //
 // The same numbers on every architecture this library builds for (the unified syscall table
 // from Linux 5.1 on); older C library headers lack the SYS_ names.
+// Design: docs/design.md, "The shared internal layer".
 #pragma once
 
 namespace teardown::process::detail {
