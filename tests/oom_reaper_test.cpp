@@ -117,7 +117,8 @@ residency residency_of(const mapping& m) {
     r.error = errno;
     return r;
   }
-  r.resident = static_cast<std::size_t>(std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1u) != 0; }));
+  r.resident = static_cast<std::size_t>(
+      std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1u) != 0; }));
   return r;
 }
 

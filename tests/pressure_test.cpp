@@ -329,7 +329,8 @@ TEST(PressureMonitorTest, AForkChildStoppingItsCopyLeavesTheParentsMonitorRunnin
 
 // The fallback: a fake /proc/meminfo with little available memory makes every sample an event.
 TEST(PressureMonitorTest, TheSamplerCountsALowMemAvailableAsAnEvent) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pressure_test." + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pressure_test." + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string meminfo = (dir / "meminfo").string();
   {
@@ -420,7 +421,8 @@ TEST(PressureMonitorTest, QuietTimeBeyondTheClockNeverBringsReliefByItself) {
 // A pipe written and then closed polls POLLIN | POLLHUP at once: the data is an event, and the
 // hang-up ends the watching without turning the injected monitor into a sampler.
 TEST(PressureMonitorTest, AnInjectedPipeWrittenThenClosedDeliversItsEventAndStaysInjected) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pressure_test.pipe." + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pressure_test.pipe." + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string meminfo = (dir / "meminfo").string();
   {
@@ -457,7 +459,8 @@ TEST(PressureMonitorTest, AnInjectedPipeWrittenThenClosedDeliversItsEventAndStay
 
 // A regular file takes the trigger's write but never reports pressure: refused as a trigger.
 TEST(PressureMonitorTest, ARegularFileIsRefusedAsAPsiTrigger) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pressure_test.file." + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pressure_test.file." + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string fake = (dir / "memory").string();
   { std::ofstream out(fake); }

@@ -342,7 +342,8 @@ row backpressure(const run_mode& mode) {
     s.check(count(ds, decision::queued) >= 1 && count(ds, decision::queued) <= 2,
             "round " + std::to_string(round) + ": " + std::to_string(count(ds, decision::queued)) +
                 " queued, expected 1..2 (the cap fits two)");
-    s.check(count(ds, decision::queued) + count(ds, decision::sync_rejected) == 8, "an exit was neither queued nor rejected");
+    s.check(count(ds, decision::queued) + count(ds, decision::sync_rejected) == 8,
+            "an exit was neither queued nor rejected");
     queued += count(ds, decision::queued);
     rejected += count(ds, decision::sync_rejected);
     s.kernel().thaw();
@@ -371,7 +372,8 @@ row oom_kill_during_backlog(const run_mode& mode) {
   std::vector<std::thread> threads;
   std::atomic<int> victims_synced{0};
   for (int i = 0; i < reps; ++i) {
-    for (typename System::task* t : {victims[static_cast<std::size_t>(i)].get(), sharers[static_cast<std::size_t>(i)].get()}) {
+    const auto at = static_cast<std::size_t>(i);
+    for (typename System::task* t : {victims[at].get(), sharers[at].get()}) {
       threads.emplace_back([&s, &victims_synced, t] {
         while (!t->killed()) std::this_thread::yield();  // a pending SIGKILL makes the task exit
         if (auto d = s.exit(*t)) {

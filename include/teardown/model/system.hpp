@@ -10,6 +10,7 @@
 //   rss < thresh_pages, MMF_OOM_SKIP or MMF_OOM_TARGETED:         __mmput inline   (sync)
 //   fewer than min_concurrent_exits final exits in flight, this one included:
 //                                                                __mmput inline   (sync, uncontended)
+//     (the swap batch release series' gate; at its default, 1, it is off and the path is the series')
 //   exit_aio(mm), eagerly, on the exiting thread
 //   charge rss to pending pages (add-then-check); over max_pending: inline        (sync, rejected)
 //   else memoise the charge in the mm and queue it for the mm_reaper               (queued)
@@ -403,7 +404,9 @@ class basic_mm_system {
   /// not a sysctl. Throws std::invalid_argument, changing nothing, for a negative delay.
   std::chrono::nanoseconds oom_reap_delay() const noexcept { return oom_.delay(); }
   void set_oom_reap_delay(std::chrono::nanoseconds delay) {
-    if (delay.count() < 0) throw std::invalid_argument("teardown::model::set_oom_reap_delay: negative delay; unchanged");
+    if (delay.count() < 0) {
+      throw std::invalid_argument("teardown::model::set_oom_reap_delay: negative delay; unchanged");
+    }
     oom_.set_delay(delay);
   }
 
