@@ -136,14 +136,20 @@ inline bool is_default(const reaper_options& opts) {
          !on_work;
 }
 
-// The mm composition's options, every knob checked. Throws std::invalid_argument naming the knob
-// (or the option) for a bad one.
-inline async_teardown_options make_options(mm_system_options& opts) {
+// Refuses, before any worker starts, an option the system would ignore: pool.worker (every
+// mm_reaper worker takes mm_system_options::reaper). Throws std::invalid_argument naming it.
+inline const mm_system_options& refuse_ignored(const mm_system_options& opts) {
   if (!is_default(opts.pool.worker)) {
     throw std::invalid_argument(
         "teardown::model: mm_system_options::pool.worker is not used: every mm_reaper worker takes "
         "mm_system_options::reaper (its name gets \"-<i>\"); set reaper and leave pool.worker at its default");
   }
+  return opts;
+}
+
+// The mm composition's options, every knob checked. Throws std::invalid_argument naming the knob
+// for a bad one.
+inline async_teardown_options make_options(mm_system_options& opts) {
   async_teardown_options out;
   out.enabled = opts.async_mm_teardown;
   out.threshold = validated(knob_thresh, opts.thresh_pages.value_or(default_thresh_pages()));

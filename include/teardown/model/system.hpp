@@ -186,7 +186,7 @@ class basic_mm_system {
   /// that is not default, or (pooled) for bad pool options; std::system_error if a worker
   /// cannot start.
   explicit basic_mm_system(mm_system_options opts = {})
-      : swap_release_(opts.swap_slots, opts.swap_async_release, opts.swap_min_exiting),
+      : swap_release_(detail::refuse_ignored(opts).swap_slots, opts.swap_async_release, opts.swap_min_exiting),
         async_(detail::make_options(opts), mm_traits{this}) {}
 
   basic_mm_system(const basic_mm_system&) = delete;
