@@ -25,6 +25,7 @@
 //   model/oom_reaper.hpp  oom_reaper: the OOM reaper thread and both sides of an OOM victim's
 //                         chunked teardown; vm.oom_reap_direction (the OOM reaper series).
 //   model/sysctl.hpp      mm_system_options and the knobs: names, checks, sysctl-style text.
+//   model/stats.hpp       vmstat and mm_system_stats: what the kernel counts.
 //   model/system.hpp      basic_mm_system, the kernel: mm_alloc, mmget, mmput, mmput_exit,
 //                         mmgrab/mmdrop, tasks, mark_oom_victim, oom_kill, reclaim, swap_out,
 //                         flush, drain, freeze/thaw, stop/stop_for, nice/set_nice, vmstat,
@@ -39,6 +40,7 @@
 #include "teardown/model/aio.hpp"
 #include "teardown/model/mm_struct.hpp"
 #include "teardown/model/oom_reaper.hpp"
+#include "teardown/model/stats.hpp"
 #include "teardown/model/swap.hpp"
 #include "teardown/model/sysctl.hpp"
 #include "teardown/model/system.hpp"

@@ -151,6 +151,17 @@ inline void mmdrop(mm_struct& mm) noexcept {
   if (mm.mm_count.fetch_sub(1, std::memory_order_acq_rel) == 1) delete &mm;
 }
 
+/// mm_alloc's real backing memory: maps rss_pages pages and touches each (blocking). Throws
+/// std::system_error, mapping nothing, if the mapping fails.
+inline void map_real(mm_struct& mm, std::uint64_t rss_pages) {
+  const std::size_t bytes = rss_pages * page_size();
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "teardown::model::mm_alloc: mmap");
+  mm.base = static_cast<std::byte*>(base);
+  mm.mapped_bytes = bytes;
+  for (std::size_t at = 0; at < bytes; at += page_size()) mm.base[at] = std::byte{1};  // fault it in
+}
+
 /// Reclaim (under mmap_lock): how many of `pages` may be taken now: none once a chunked OOM
 /// teardown has begun.
 inline std::uint64_t reclaimable(const mm_struct& mm, std::uint64_t pages) noexcept {

@@ -72,37 +72,13 @@
 #include "teardown/async_teardown.hpp"
 #include "teardown/model/mm_struct.hpp"
 #include "teardown/model/oom_reaper.hpp"
+#include "teardown/model/stats.hpp"
 #include "teardown/model/swap.hpp"
 #include "teardown/model/sysctl.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/reaper_pool.hpp"
 
 namespace teardown::model {
-
-/// A vmstat snapshot: the series' three counters and what the model adds.
-struct vmstat {
-  std::uint64_t queued = 0;         // async_mm_teardown_queued
-  std::uint64_t sync = 0;           // async_mm_teardown_sync: mmput_exit tore down inline
-  std::uint64_t rejected = 0;       // async_mm_teardown_rejected: subset of sync
-  std::uint64_t stalled = 0;        // subset of sync: the reaper was stalled
-  std::uint64_t uncontended = 0;    // subset of sync: fewer than min_concurrent_exits in flight
-  std::uint64_t reaped = 0;         // queued mms torn down (by the reaper or by drain)
-  std::uint64_t drained = 0;        // subset of reaped: torn down by drain()
-  std::uint64_t pending_pages = 0;  // charged and not yet released
-};
-
-/// Everything basic_mm_system counts, in one snapshot (stats()). Each part is a snapshot of its
-/// own with its own guarantees (subsets before supersets); the parts are not taken at one instant.
-struct mm_system_stats {
-  teardown::model::vmstat vm;      // the exit path's counters, as vmstat()
-  reaper_stats reaper;             // the mm_reaper's (a pool's: its workers' sums)
-  oom_reap_stats oom_reap;         // the oom_reaper and the victims' chunked exits
-  reaper_stats oom_reaper;         // the oom_reaper thread's own (CPU time, wake-ups...)
-  swap_release_stats swap;         // the swap release
-  std::uint64_t pending_high_water = 0;  // the budget's high-water mark of pending pages
-  std::uint64_t oom_kills = 0;
-  std::uint64_t teardowns = 0;     // teardowns of any kind (exit path, inline mmput, reaper, drain)
-};
 
 /// The kernel. Key = const_key<false> builds it with the deferral compiled out (the series'
 /// CONFIG_ASYNC_MM_TEARDOWN=n): no reaper thread, no toggle knob, every exit inline. Workers
@@ -222,18 +198,7 @@ class basic_mm_system {
     mm->id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
     mm->oom_reap.mm = mm.get();
     mm->rss_pages.store(static_cast<std::int64_t>(rss_pages), std::memory_order_relaxed);
-    if (memory == backing::real && rss_pages > 0) {
-      const std::size_t bytes = rss_pages * page_size();
-      void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (base == MAP_FAILED) {
-        throw std::system_error(errno, std::generic_category(), "teardown::model::mm_alloc: mmap");
-      }
-      mm->base = static_cast<std::byte*>(base);
-      mm->mapped_bytes = bytes;
-      for (std::size_t at = 0; at < bytes; at += page_size()) {
-        mm->base[at] = std::byte{1};  // fault it in
-      }
-    }
+    if (memory == backing::real && rss_pages > 0) detail::map_real(*mm, rss_pages);
     return mm.release();
   }
 
@@ -286,8 +251,9 @@ class basic_mm_system {
     return taken;
   }
 
-  /// Reclaim to swap (the swap batch release series' setting): takes up to `pages` of the mm's RSS as reclaim()
-  /// does and gives each page a swap slot, which the mm holds until its teardown releases it.
+  /// Reclaim to swap (the swap batch release series' setting): takes up to `pages` of the mm's
+  /// RSS as reclaim() does and gives each page a swap slot, which the mm holds until its teardown
+  /// releases it.
   /// Returns the pages swapped out. Throws std::logic_error without a swap device
   /// (mm_system_options::swap_slots), std::length_error when the device has too few free slots;
   /// either way nothing changes. The caller holds mm_count.
