@@ -182,7 +182,7 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress, b
   const double before_exit = free_memory();
 
   sample s;
-  const std::uint64_t reaper_cpu_start = kernel.reaper_statistics().worker_cpu_ns;
+  const std::uint64_t reaper_cpu_start = kernel.stats().reaper.worker_cpu_ns;
   // The spinners' own rate just before (other load on the machine takes its share of them
   // too): what they lose to the teardown is measured against it.
   const double spinners_rate = busy_spinners != nullptr ? busy_spinners->cpu_per_ms(std::chrono::milliseconds(200)) : 0;
@@ -207,7 +207,7 @@ sample measure_exit(System& kernel, std::uint64_t pages, const char* progress, b
     s.spinners_lost_ms = spinners_rate * s.torn_down_ms - (busy_spinners->cpu_ms() - spinners_start);
   }
   // Only this window: a polling reaper's CPU while it idles is its price, shown apart.
-  s.reaper_cpu_ms = double(kernel.reaper_statistics().worker_cpu_ns - reaper_cpu_start) / 1e6;
+  s.reaper_cpu_ms = double(kernel.stats().reaper.worker_cpu_ns - reaper_cpu_start) / 1e6;
   // Other activity on the machine moves free memory too, hence the slack. Bounded: 10 s; a
   // timeout is reported as not measured (negative).
   const double target = before_exit + populated - std::max(populated / 10, double(64 << 20));
@@ -364,10 +364,10 @@ int main(int argc, char** argv) {
   }
   if (poll_us > 0) {
     // The polling reaper's price while it has nothing to do, over one idle second.
-    const teardown::reaper_stats before = polling.reaper_statistics();
+    const teardown::reaper_stats before = polling.stats().reaper;
     const auto idle_start = clock_type::now();
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    const teardown::reaper_stats after = polling.reaper_statistics();
+    const teardown::reaper_stats after = polling.stats().reaper;
     const double seconds = ms_between(idle_start, clock_type::now()) / 1e3;
     std::printf(
         "%-22s the idle polling reaper: %.1f ms CPU and %.0f timed wake-ups per second; a teardown starts "
@@ -378,10 +378,10 @@ int main(int argc, char** argv) {
   if (lazy_row) {
     // The same for the lazy reaper, whose looks have backed off by now, and the start delay its
     // exits paid: nobody hurried them.
-    const teardown::reaper_stats before = lazy->reaper_statistics();
+    const teardown::reaper_stats before = lazy->stats().reaper;
     const auto idle_start = clock_type::now();
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    const teardown::reaper_stats after = lazy->reaper_statistics();
+    const teardown::reaper_stats after = lazy->stats().reaper;
     const double seconds = ms_between(idle_start, clock_type::now()) / 1e3;
     const double cpu_ms_per_s = double(after.worker_cpu_ns - before.worker_cpu_ns) / 1e6 / seconds;
     std::printf(
@@ -416,7 +416,7 @@ int main(int argc, char** argv) {
                          .max_pending_pages = mm_system::default_max_pending_pages() * 3,
                          .reaper = {.name = "mm_reaper_nb", .boost_after = std::chrono::nanoseconds(0)}});
     const std::uint64_t pages = pages_of(control_gib);
-    const std::uint64_t boosts_before = kernel.reaper_statistics().boosts;
+    const std::uint64_t boosts_before = kernel.stats().reaper.boosts;
     const spinners spin(busy);
     busy_spinners = &spin;
     kernel.set_async_mm_teardown(false);
@@ -444,7 +444,7 @@ int main(int argc, char** argv) {
     busy_row("async on (boost)", boosted, boosted.reaper_cpu_ms);
     std::printf("%-22s the default reaper was boosted %llu times; \"memory free\" waits for the flush, as a\n"
                 "%-22s program that needs the memory back does\n",
-                "", (unsigned long long)(kernel.reaper_statistics().boosts - boosts_before), "");
+                "", (unsigned long long)(kernel.stats().reaper.boosts - boosts_before), "");
   }
 
   const teardown::model::vmstat v = kernel.vmstat();

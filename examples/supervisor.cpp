@@ -312,7 +312,7 @@ bool model_half(int workers, int restarts, std::uint64_t heap_mib) {
   // On a busy machine the nice-19 reaper runs late, exits find it still busy and are torn down
   // inline (rejected above); it is raised to our nice while a batch has waited over 10 ms or a
   // flush waits for it (reaper.hpp, "Boost").
-  const teardown::reaper_stats worker = kernel.reaper_statistics();
+  const teardown::reaper_stats worker = kernel.stats().reaper;
   if (worker.boosts != 0 || worker.boosts_refused != 0) {
     std::printf("the reaper was boosted %llu time(s) (%llu refused): its work waited over 10 ms, a busy machine "
                 "or a heap slower than that to free\n",

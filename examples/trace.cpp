@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
   std::printf("trace: built with USDT probes: %s\n",
               TEARDOWN_TRACE_USDT ? "yes (teardown:queue, :reap, :sync, :reject)" : "no (<sys/sdt.h> not found)");
   mm_system kernel({.async_mm_teardown = true, .thresh_pages = 10'000, .max_pending_pages = 100'000});
-  mm_reaper_domain.store(kernel.mm_reaper_trace_domain(), std::memory_order_relaxed);  // add_hook publishes it
-  std::printf("the mm_reaper's trace domain is %llu\n", ull{kernel.mm_reaper_trace_domain()});
+  mm_reaper_domain.store(kernel.trace_domain(), std::memory_order_relaxed);  // add_hook publishes it
+  std::printf("the mm_reaper's trace domain is %llu\n", ull{kernel.trace_domain()});
 
   trace::add_hook<trace::queue_event>(on_queue);
   trace::add_hook<trace::queue_event>(tally_mm_reaper);

@@ -1087,7 +1087,7 @@ class matrix {
           progress(", exit-path CPU %.2f ms\n", spent);
         }
         k.on.flush();
-        const std::uint64_t worker_before = k.on.reaper_statistics().worker_cpu_ns;
+        const std::uint64_t worker_before = k.on.stats().reaper.worker_cpu_ns;
         double exit_path_total = 0;
         int queued = 0;
         for (int t = 0; t < kTeardownsPerCpuWindow; ++t) {
@@ -1102,7 +1102,7 @@ class matrix {
           progress("\n");
         }
         const double reaper_total =
-            static_cast<double>(k.on.reaper_statistics().worker_cpu_ns - worker_before) / 1e6;
+            static_cast<double>(k.on.stats().reaper.worker_cpu_ns - worker_before) / 1e6;
         if (queued != kTeardownsPerCpuWindow) {
           throw std::runtime_error(strprintf("only %d of %d exits were queued", queued, kTeardownsPerCpuWindow));
         }
@@ -1281,8 +1281,8 @@ class matrix {
     const std::uint64_t before = mem_.free_bytes();
     auto task = populate(kernel, bytes);
     teardown_sample s;
-    const std::uint64_t worker_cpu_before = kernel.reaper_statistics().worker_cpu_ns;
-    const std::uint64_t reaped_before = kernel.reaper_statistics().reaped;
+    const std::uint64_t worker_cpu_before = kernel.stats().reaper.worker_cpu_ns;
+    const std::uint64_t reaped_before = kernel.stats().reaper.reaped;
     const std::uint64_t switches_before = context_switches(k.worker);
     const std::uint64_t cal_before = interrupts_named("CAL"), res_before = interrupts_named("RES");
     g_queue_reached_ns.store(0);
@@ -1308,7 +1308,7 @@ class matrix {
     s.cal = static_cast<double>(interrupts_named("CAL") - cal_before);
     s.res = static_cast<double>(interrupts_named("RES") - res_before);
     s.worker_switches = static_cast<double>(context_switches(k.worker) - switches_before);
-    const std::uint64_t worker_cpu_after = kernel.reaper_statistics().worker_cpu_ns;
+    const std::uint64_t worker_cpu_after = kernel.stats().reaper.worker_cpu_ns;
     const auto back = wait_memory_back(before, bytes);
     s.exit_us = static_cast<double>(end_ns - start_ns) / 1e3;
     s.worker_idle_ms = ms_between(idle_since, start);
@@ -1329,7 +1329,7 @@ class matrix {
   // shows as a start delay of that size, and the flush after it still completes the row).
   static void wait_for_reaped(on_off_kernel& kernel, std::uint64_t reaped) {
     const auto give_up = clock_type::now() + std::chrono::minutes(1);
-    while (kernel.reaper_statistics().reaped < reaped && clock_type::now() < give_up) {
+    while (kernel.stats().reaper.reaped < reaped && clock_type::now() < give_up) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -1552,7 +1552,7 @@ class matrix {
       table_.push_back(
           strprintf("                  %6.3g  %-18s %d spinners at nice 0; the worker was boosted %llu times", gib,
                     kernels[i].label.c_str(), opts_.busy,
-                    static_cast<unsigned long long>(kernels[i].kernel->reaper_statistics().boosts)));
+                    static_cast<unsigned long long>(kernels[i].kernel->stats().reaper.boosts)));
     }
   }
 

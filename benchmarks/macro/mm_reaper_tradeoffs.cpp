@@ -887,7 +887,7 @@ json question_3(const settings& run) {
       const auto kernel = make_kernel(async);
       std::vector<task_ptr> tasks = spawn_all(std::vector<mm_system*>(processes, kernel.get()), pages, run.cpus);
       std::atomic<std::uint64_t> account[2] = {0, 0};
-      const std::uint64_t worker_before = kernel->reaper_statistics().worker_cpu_ns;
+      const std::uint64_t worker_before = kernel->stats().reaper.worker_cpu_ns;
       progress(run, std::string("Q3 ") + (async ? "deferred" : "inline") + ": exiting");
       for (std::size_t i = 0; i < processes; ++i) {
         const int group = i < per_group[0] ? 0 : 1;
@@ -898,7 +898,7 @@ json question_3(const settings& run) {
       }
       kernel->flush();
       if (async) {
-        worker_delta_ms += double(kernel->reaper_statistics().worker_cpu_ns - worker_before) / 1e6;
+        worker_delta_ms += double(kernel->stats().reaper.worker_cpu_ns - worker_before) / 1e6;
         for (int g = 0; g < 2; ++g) reaper_ms[g] += double(account[g].load()) / 1e6;
       }
     }

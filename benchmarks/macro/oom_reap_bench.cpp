@@ -36,7 +36,7 @@
 //   exit_cpu_ms           CLOCK_THREAD_CPUTIME_ID of this thread across exit()
 //   reaper_cpu_ms         the oom_reaper thread's CPU time across the case (its polling included)
 //   exit_call_ms          the exit() call alone
-// The per-side figures come from mm_system::oom_reap_statistics() (differences across the case,
+// The per-side figures come from mm_system::stats().oom_reap (differences across the case,
 // read after flush_oom_reaper()); exit_alone has none (it does not walk chunks).
 //
 // What user space can and cannot reproduce (read the numbers with this in mind). In the kernel
@@ -218,8 +218,8 @@ sample run_case(kind k, std::uint64_t pages) {
   mm_system kernel;  // vm.async_mm_teardown off: every exit is on the exiting thread
   kernel.set_oom_reap_direction(k == kind::race_same ? reap_direction::same : reap_direction::other);
   auto victim = kernel.spawn(pages, backing::real);
-  const oom_reap_stats before = kernel.oom_reap_statistics();
-  const std::uint64_t reaper_cpu_before = kernel.oom_reaper_statistics().worker_cpu_ns;
+  const oom_reap_stats before = kernel.stats().oom_reap;
+  const std::uint64_t reaper_cpu_before = kernel.stats().oom_reaper.worker_cpu_ns;
   sample s;
   const std::uint64_t start = now_ns();
   std::uint64_t released = 0, exit_start = 0, exit_end = 0, cpu_before = 0, cpu_after = 0;
@@ -252,7 +252,7 @@ sample run_case(kind k, std::uint64_t pages) {
       exit_end = now_ns();
       break;
   }
-  const oom_reap_stats after = kernel.oom_reap_statistics();
+  const oom_reap_stats after = kernel.stats().oom_reap;
   s.kill_to_released_ms = ms(released - start);
   s.exit_call_ms = ms(exit_end - exit_start);
   s.exit_work_ms = ms(after.exit_work_ns - before.exit_work_ns);
@@ -264,7 +264,7 @@ sample run_case(kind k, std::uint64_t pages) {
   s.reaper_pages = static_cast<double>(after.reaper_pages - before.reaper_pages);
   s.reaper_chunks = static_cast<double>(after.reaper_chunks - before.reaper_chunks);
   s.exit_cpu_ms = ms(cpu_after - cpu_before);
-  s.reaper_cpu_ms = ms(kernel.oom_reaper_statistics().worker_cpu_ns - reaper_cpu_before);
+  s.reaper_cpu_ms = ms(kernel.stats().oom_reaper.worker_cpu_ns - reaper_cpu_before);
   if (k == kind::exit_alone) s.exit_pages = static_cast<double>(pages);  // one munmap, not counted by the walk
   return s;
 }

@@ -17,17 +17,17 @@
 // the cap it found (unless a cap was set meanwhile, which then stands: see "The cap rule").
 // Every action is counted (pressure_policy_stats) and traced (trace::pressure_event).
 //
-// Who may call what: Target is an async_teardown, a deferred_domain or a model basic_mm_system
-// (its cost units: bytes, bytes, pages). The constructor (any thread but the monitor's) subscribes
-// and the destructor unsubscribes, then undoes whatever is still in force; stats() and options()
-// are wait-free from any thread. One policy per target object at a time: the constructor
-// refuses a second (std::invalid_argument, changing nothing), on any monitor, until the first
-// is destroyed. Two would each save what the other had changed and put it back in subscription
-// order, not in reverse, leaving the second's cap and nice in force after both reliefs. The monitor and the target must outlive the policy. Its callbacks call only the target's own entry points: drain, freeze,
-// thaw, max_pending / replace_max_pending (mm_system: ..._pages), worker_nice and
-// set_worker_nice. Thawing nests as freeze does: the levels the policy undid are its own until
-// relief, when it freezes exactly that many again (a thaw someone else makes meanwhile finds no
-// level to undo and throws, as on a worker never frozen).
+// Who may call what: Target is any type that satisfies pressure_target (an async_teardown, a
+// deferred_domain, a model basic_mm_system; cost units bytes, bytes, pages). The constructor (any
+// thread but the monitor's) subscribes and the destructor unsubscribes, then undoes whatever is
+// still in force; stats() and options() are wait-free from any thread. One policy per target
+// object at a time: the constructor refuses a second (std::invalid_argument, changing nothing),
+// on any monitor, until the first is destroyed. Two would each save what the other had changed
+// and put it back in subscription order, not in reverse, leaving the second's cap and nice in
+// force after both reliefs. The monitor and the target must outlive the policy. Its callbacks
+// call only the target's pressure_target entry points. Thawing nests as freeze does: the levels
+// the policy undid are its own until relief, when it freezes exactly that many again (a thaw
+// someone else makes meanwhile finds no level to undo and throws, as on a worker never frozen).
 //
 // The cap rule. On pressure the policy records the cap it finds (C) and, if C is above
 // pressure_cap, replaces it with pressure_cap. On relief it replaces pressure_cap with C in one
@@ -40,10 +40,12 @@
 // Memory ordering: the callbacks run under the monitor's mutex (pressure.hpp). The counters are
 // relaxed, except that the policy counts an event (a relief) after its actions with release and
 // stats() reads that count first with acquire: a snapshot that counts it shows what it did.
+// Design: docs/design.md, "Memory pressure: pressure.hpp and pressure_policy.hpp".
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -100,7 +102,7 @@ struct pressure_policy_stats {
   std::uint64_t reliefs = 0;
   std::uint64_t thawed = 0;         // freeze levels undone
   std::uint64_t refrozen = 0;       // ... and put back on relief (or at unsubscribe)
-  std::uint64_t nice_raised = 0;    // set_worker_nice(pressure_nice) applied
+  std::uint64_t nice_raised = 0;    // the worker's nice set to pressure_nice, applied
   std::uint64_t nice_refused = 0;   // ... refused by the system
   std::uint64_t nice_restored = 0;
   std::uint64_t drained_items = 0;  // torn down on the monitor thread
@@ -111,8 +113,38 @@ struct pressure_policy_stats {
   bool active = false;              // between an episode's first event and its relief
 };
 
+/// What a pressure_policy acts on: the entry points its callbacks call, in the target's cost
+/// unit (bytes for async_teardown and deferred_domain, pages for a model basic_mm_system).
+///   trace_domain()                the domain of the policy's trace events
+///   max_pending(), replace_max_pending(expected, desired)   the cap, read and replaced by CAS
+///   drain(max_cost) -> drain_result   tear queued items down on the caller, oldest first
+///   worker_nice(), set_worker_nice(n) -> bool   the worker's nice value (true: applied)
+///   freeze(), thaw()              the freezer; thaw() throws std::logic_error when not frozen
+// The nice pair is spelled worker_nice()/set_worker_nice() until async_teardown and
+// deferred_domain have nice()/set_nice(); the model's worker_nice is already deprecated, so the
+// spelling is read with the deprecation warning off.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+template <class Target>
+concept pressure_target = requires(Target& target, const Target& read, std::uint64_t n, int nice_value) {
+  { read.trace_domain() } -> std::convertible_to<std::uint64_t>;
+  { read.max_pending() } -> std::convertible_to<std::uint64_t>;
+  { target.replace_max_pending(n, n) } -> std::same_as<bool>;
+  { target.drain(n) } -> std::same_as<drain_result>;
+  { read.worker_nice() } -> std::convertible_to<int>;
+  { target.set_worker_nice(nice_value) } -> std::same_as<bool>;
+  target.freeze();
+  target.thaw();
+};
+#pragma GCC diagnostic pop
+
 template <class Target>
 class pressure_policy final : private pressure_listener {
+  static_assert(pressure_target<Target>,
+                "teardown::pressure_policy<Target>: Target must satisfy teardown::pressure_target: trace_domain(), "
+                "max_pending(), replace_max_pending(expected, desired) -> bool, drain(max_cost) -> drain_result, "
+                "worker_nice(), set_worker_nice(int) -> bool, freeze() and thaw()");
+
  public:
   /// Subscribes to `monitor`. Throws std::invalid_argument for bad options, or when `target`
   /// already has a policy, changing nothing.
@@ -181,22 +213,19 @@ class pressure_policy final : private pressure_listener {
     return opts;
   }
 
-  // The target's entry points under either naming (mm_system's are in pages).
-  static std::uint64_t trace_domain_of(Target& target) noexcept {
-    if constexpr (requires { target.mm_reaper_trace_domain(); }) return target.mm_reaper_trace_domain();
-    else return target.trace_domain();
-  }
-  std::uint64_t cap() const {
-    if constexpr (requires { target_.max_pending_pages(); }) return target_.max_pending_pages();
-    else return target_.max_pending();
-  }
+  // The target's entry points (pressure_target).
+  static std::uint64_t trace_domain_of(Target& target) noexcept { return target.trace_domain(); }
+  std::uint64_t cap() const { return target_.max_pending(); }
   bool replace_cap(std::uint64_t expected, std::uint64_t desired) {
-    if constexpr (requires { target_.replace_max_pending_pages(expected, desired); }) {
-      return target_.replace_max_pending_pages(expected, desired);
-    } else {
-      return target_.replace_max_pending(expected, desired);
-    }
+    return target_.replace_max_pending(expected, desired);
   }
+  // worker_nice()/set_worker_nice(): see pressure_target (the deprecation warning off until the
+  // spelling becomes nice()/set_nice()).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  int target_nice() const { return target_.worker_nice(); }
+  bool set_target_nice(int value) { return target_.set_worker_nice(value); }
+#pragma GCC diagnostic pop
 
   // ---- on the monitor thread (or in the destructor, after unsubscribe) --------------------
 
@@ -245,11 +274,11 @@ class pressure_policy final : private pressure_listener {
   }
 
   void raise_priority() {
-    const int own = target_.worker_nice();
+    const int own = target_nice();
     if (own <= opts_.pressure_nice) return;
     found_nice_ = own;
     nice_changed_ = true;  // restored even if refused: set_nice kept the value for a later start
-    if (target_.set_worker_nice(opts_.pressure_nice)) {
+    if (set_target_nice(opts_.pressure_nice)) {
       nice_raised_.fetch_add(1, std::memory_order_relaxed);
       trace::pressure("nice", static_cast<std::uint64_t>(opts_.pressure_nice), domain_);
     } else {
@@ -291,7 +320,7 @@ class pressure_policy final : private pressure_listener {
     }
     if (nice_changed_) {
       nice_changed_ = false;
-      if (target_.set_worker_nice(found_nice_)) nice_restored_.fetch_add(1, std::memory_order_relaxed);
+      if (set_target_nice(found_nice_)) nice_restored_.fetch_add(1, std::memory_order_relaxed);
       trace::pressure("nice", static_cast<std::uint64_t>(found_nice_), domain_);
     }
     if (held_levels_ != 0) {

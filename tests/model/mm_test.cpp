@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <latch>
 #include <limits>
 #include <map>
@@ -333,7 +334,7 @@ TEST_F(MmputExitTest, ExitAfterShutdownIsStopped) {
   mm_system kernel(async_on());
   mm_struct* mm = kernel.mm_alloc(large);
   grabbed held(mm);
-  kernel.shutdown();
+  kernel.stop();
 
   EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_stopped);
 
@@ -353,7 +354,7 @@ TEST_F(MmputExitTest, ShutdownForTearsDownTheFrozenBacklogAndLaterExitsAreStoppe
   grabbed held(later);
   kernel.freeze();
   EXPECT_EQ(kernel.mmput_exit(*queued), decision::queued);
-  EXPECT_TRUE(kernel.shutdown_for(std::chrono::seconds(30)));  // a liveness bound
+  EXPECT_TRUE(kernel.stop_for(std::chrono::seconds(30)));  // a liveness bound
   EXPECT_EQ(teardowns_of(*queued), 1u);
   EXPECT_EQ(kernel.vmstat().pending_pages, 0u);
   EXPECT_EQ(kernel.mmput_exit(*later), decision::sync_stopped);
@@ -377,7 +378,7 @@ TEST_F(MmputExitTest, QueuedMmIsTornDownOnceByTheReaperAndItsChargeReleased) {
   EXPECT_EQ(v.reaped, 1u);
   EXPECT_EQ(v.sync, 0u);
   EXPECT_EQ(v.pending_pages, 0u);
-  const auto r = kernel.reaper_statistics();
+  const auto r = kernel.stats().reaper;
   EXPECT_EQ(r.reaped, 1u);
   EXPECT_EQ(r.inline_reaped, 0u) << "the reaper's worker tore it down, not a caller";
   EXPECT_EQ(kernel.teardowns(), 1u);
@@ -973,7 +974,7 @@ void set_known_values(mm_system& kernel) {
 void expect_known_values(const mm_system& kernel) {
   EXPECT_TRUE(kernel.async_mm_teardown());
   EXPECT_EQ(kernel.thresh_pages(), 123u);
-  EXPECT_EQ(kernel.max_pending_pages(), 4567u);
+  EXPECT_EQ(kernel.max_pending(), 4567u);
   EXPECT_EQ(kernel.min_concurrent_exits(), 7u);
 }
 
@@ -986,8 +987,8 @@ TEST_F(KnobTest, DefaultsAreOffSixtyFourMibAndAQuarterOfPhysicalMemory) {
   EXPECT_EQ(mm_system::default_thresh_pages(), (std::uint64_t{64} << 20) / mm_system::page_size());
   const long physical = sysconf(_SC_PHYS_PAGES);
   ASSERT_GT(physical, 0);
-  EXPECT_EQ(kernel.max_pending_pages(), static_cast<std::uint64_t>(physical) / 4);
-  EXPECT_EQ(kernel.max_pending_pages(), mm_system::default_max_pending_pages());
+  EXPECT_EQ(kernel.max_pending(), static_cast<std::uint64_t>(physical) / 4);
+  EXPECT_EQ(kernel.max_pending(), mm_system::default_max_pending_pages());
 }
 
 TEST_F(KnobTest, SetThreshPagesAboveMaxCapThrowsNamingTheKnobAndChangesNothing) {
@@ -1024,11 +1025,11 @@ TEST_F(KnobTest, TypedSettersAcceptMaxCapAndZero) {
   kernel.set_thresh_pages(max_cap);
   kernel.set_max_pending_pages(max_cap);
   EXPECT_EQ(kernel.thresh_pages(), max_cap);
-  EXPECT_EQ(kernel.max_pending_pages(), max_cap);
+  EXPECT_EQ(kernel.max_pending(), max_cap);
   kernel.set_thresh_pages(0);
   kernel.set_max_pending_pages(0);
   EXPECT_EQ(kernel.thresh_pages(), 0u);
-  EXPECT_EQ(kernel.max_pending_pages(), 0u);
+  EXPECT_EQ(kernel.max_pending(), 0u);
 }
 
 TEST_F(KnobTest, TextInterfaceSetsTheToggle) {
@@ -1049,7 +1050,7 @@ TEST_F(KnobTest, TextInterfaceSetsThePageKnobs) {
   kernel.set("vm.async_mm_teardown_max_pending_pages", std::to_string(max_cap) + "\n");
 
   EXPECT_EQ(kernel.thresh_pages(), 2u);
-  EXPECT_EQ(kernel.max_pending_pages(), max_cap);
+  EXPECT_EQ(kernel.max_pending(), max_cap);
 }
 
 TEST_F(KnobTest, TheToggleWrittenAsTextTakesEffect) {
@@ -1536,7 +1537,7 @@ TEST_F(MmSystemStressTest, SpawnsExitsTogglesAndOomKillsTearEveryMmDownExactlyOn
   EXPECT_EQ(v.reaped, v.queued);
   EXPECT_EQ(v.pending_pages, 0u);
   EXPECT_LE(v.rejected, v.sync);
-  EXPECT_LE(kernel.pending_high_water(), kernel.max_pending_pages());
+  EXPECT_LE(kernel.pending_high_water(), kernel.max_pending());
 
   const auto events = queue_events.events();
   EXPECT_EQ(events.size(), v.queued) << "one queue trace event per queued mm";
@@ -1583,7 +1584,7 @@ concept has_toggle_setter = requires(System& kernel) { kernel.set_async_mm_teard
 
 TEST_F(MmTest, CompiledOutSystemTearsEveryExitDownInlineAndStartsNoReaper) {
   compiled_out_system kernel;
-  EXPECT_FALSE(kernel.reaper_statistics().running) << "no reaper thread in the =n build";
+  EXPECT_FALSE(kernel.stats().reaper.running) << "no reaper thread in the =n build";
   auto t = kernel.spawn(mm_system::default_thresh_pages() * 4);
   mm_struct* mm = t->mm();
   mm_system::mmgrab(*mm);
@@ -1612,6 +1613,101 @@ TEST_F(MmTest, CompiledOutSystemHasNoToggleKnobButKeepsTheOthers) {
   EXPECT_EQ(kernel.get(mm_system::knob_thresh), "100");
   static_assert(!has_toggle_setter<compiled_out_system> && has_toggle_setter<mm_system>,
                 "the =n build has no toggle to set");
+}
+
+
+// ---- one vocabulary: stats(), stop, nice, the generic pressure names, and the old names -------
+
+TEST_F(MmTest, StatsGathersEveryPartsCountersInOneSnapshot) {
+  mm_system_options opts = async_on();
+  opts.swap_slots = 64;
+  mm_system kernel(std::move(opts));
+  auto queued = kernel.spawn(large);
+  EXPECT_EQ(queued->exit(), decision::queued);
+  auto victim = kernel.spawn(thresh);
+  EXPECT_EQ(kernel.oom_kill(*victim), 1u);
+  EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+  kernel.flush();
+  kernel.flush_oom_reaper();
+  const teardown::model::mm_system_stats s = kernel.stats();
+  EXPECT_EQ(s.vm.queued, 1u);
+  EXPECT_EQ(s.vm.reaped, 1u);
+  EXPECT_EQ(s.reaper.reaped, 1u) << "the mm_reaper's own statistics";
+  EXPECT_EQ(s.oom_reap.queued, 1u);
+  EXPECT_EQ(s.oom_reap.reaped, 1u);
+  EXPECT_EQ(s.oom_reaper.reaped, 1u) << "the oom_reaper thread's own statistics";
+  EXPECT_EQ(s.swap.used, 0u);
+  EXPECT_EQ(s.oom_kills, 1u);
+  EXPECT_EQ(s.teardowns, 2u);
+  EXPECT_EQ(s.pending_high_water, large);
+}
+
+TEST_F(MmTest, StopAndStopForStopBothWorkersAndAreIdempotent) {
+  mm_system kernel(async_on());
+  kernel.stop();
+  kernel.stop();
+  EXPECT_TRUE(kernel.stop_for(std::chrono::seconds(30)));
+  EXPECT_FALSE(kernel.stats().reaper.running);
+  auto t = kernel.spawn(large);
+  EXPECT_EQ(t->exit(), decision::sync_stopped);
+}
+
+TEST_F(MmTest, NiceIsTheMmReapersAndSetNiceChecksTheRange) {
+  mm_system kernel(async_on());
+  EXPECT_EQ(kernel.nice(), 19);
+  EXPECT_THROW(kernel.set_nice(20), std::invalid_argument);
+  EXPECT_THROW(kernel.set_nice(-21), std::invalid_argument);
+  EXPECT_EQ(kernel.nice(), 19);
+  EXPECT_TRUE(kernel.set_nice(19));
+}
+
+// Old code still builds, and each old name forwards to its new one.
+TEST_F(MmTest, DeprecatedNamesForwardToTheNewOnes) {
+  mm_system kernel(async_on(5'000));
+  auto t = kernel.spawn(large);
+  EXPECT_EQ(t->exit(), decision::queued);
+  kernel.flush();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  EXPECT_EQ(kernel.reaper_statistics().reaped, kernel.stats().reaper.reaped);
+  EXPECT_EQ(kernel.oom_reap_statistics().queued, kernel.stats().oom_reap.queued);
+  EXPECT_EQ(kernel.oom_reaper_statistics().running, kernel.stats().oom_reaper.running);
+  EXPECT_EQ(kernel.swap_statistics().batches, kernel.stats().swap.batches);
+  EXPECT_EQ(kernel.mm_reaper_trace_domain(), kernel.trace_domain());
+  EXPECT_EQ(kernel.max_pending_pages(), 5'000u);
+  EXPECT_TRUE(kernel.replace_max_pending_pages(5'000, 6'000));
+  EXPECT_EQ(kernel.max_pending(), 6'000u);
+  EXPECT_EQ(kernel.worker_nice(), kernel.nice());
+  EXPECT_TRUE(kernel.set_worker_nice(19));
+  EXPECT_TRUE(kernel.shutdown_for(std::chrono::seconds(30)));
+  kernel.shutdown();
+#pragma GCC diagnostic pop
+  EXPECT_FALSE(kernel.stats().reaper.running);
+}
+
+// pool.worker was silently ignored (every mm_reaper worker takes mm_system_options::reaper): a
+// pool.worker that is not default is refused, naming the option, and nothing starts.
+TEST_F(KnobTest, ConstructorRefusesAPoolWorkerThatWouldBeIgnored) {
+  for (const auto set : {+[](mm_system_options& o) { o.pool.worker.name = "mine"; },
+                         +[](mm_system_options& o) { o.pool.worker.nice = 0; },
+                         +[](mm_system_options& o) { o.pool.worker.on_error = [](std::exception_ptr) {}; }}) {
+    mm_system_options opts = async_on();
+    set(opts);
+    try {
+      teardown::model::pooled_mm_system kernel(std::move(opts));
+      ADD_FAILURE() << "a pool.worker that would be ignored was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("pool.worker"), std::string::npos) << e.what();
+    }
+    mm_system_options plain = async_on();
+    set(plain);
+    EXPECT_THROW(mm_system{std::move(plain)}, std::invalid_argument) << "mm_system ignores it as well";
+  }
+  mm_system_options named = async_on();
+  named.reaper.name = "mine";
+  named.pool.workers = 2;
+  teardown::model::pooled_mm_system kernel(std::move(named));  // the way to name the workers
+  EXPECT_EQ(kernel.nice(), 19);
 }
 
 }  // namespace

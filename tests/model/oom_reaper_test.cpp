@@ -51,7 +51,7 @@ using teardown::model::oom_reap_stats;
 using teardown::model::reap_direction;
 using teardown::model::test_flag;
 
-static_assert(noexcept(std::declval<const mm_system&>().oom_reap_statistics()));
+static_assert(noexcept(std::declval<const mm_system&>().stats().oom_reap));
 static_assert(noexcept(std::declval<const mm_system&>().oom_reap_direction()));
 
 class OomReaperTest : public ::testing::Test {
@@ -117,8 +117,8 @@ residency residency_of(const mapping& m) {
     r.error = errno;
     return r;
   }
-  r.resident =
-      static_cast<std::size_t>(std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1u) != 0; }));
+  r.resident = static_cast<std::size_t>(
+      std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1u) != 0; }));
   return r;
 }
 
@@ -189,7 +189,7 @@ TEST_F(OomReapKnobTest, CompiledOutSystemHasTheKnobAndTheOomReaper) {
   EXPECT_EQ(kernel.oom_kill(*victim), 1u);
   kernel.flush_oom_reaper();
   EXPECT_EQ(get_mm_rss(*mm), 0u);
-  EXPECT_EQ(kernel.oom_reap_statistics().reaper_pages, thresh * 10);
+  EXPECT_EQ(kernel.stats().oom_reap.reaper_pages, thresh * 10);
   EXPECT_EQ(victim->exit(), decision::sync_disabled);
   EXPECT_EQ(mm->teardowns.load(), 1u);
 }
@@ -225,7 +225,7 @@ TEST_F(OomReaperTest, ReleasesAKilledVictimsMemoryEvenIfTheVictimNeverExits) {
   EXPECT_EQ(walk.chunks, 3u);
   EXPECT_EQ(walk.reaper_pages, pages);
   EXPECT_EQ(walk.exit_pages, 0u);
-  const oom_reap_stats s = kernel.oom_reap_statistics();
+  const oom_reap_stats s = kernel.stats().oom_reap;
   EXPECT_EQ(s.queued, 1u);
   EXPECT_EQ(s.reaped, 1u);
   EXPECT_EQ(s.skipped, 0u);
@@ -237,7 +237,7 @@ TEST_F(OomReaperTest, ReleasesAKilledVictimsMemoryEvenIfTheVictimNeverExits) {
   EXPECT_EQ(mm->teardowns.load(), 1u);
   EXPECT_EQ(residency_of(m).error, ENOMEM) << "mincore: the range is unmapped";
   EXPECT_EQ(walk_of(*mm).exit_pages, 0u);
-  EXPECT_EQ(kernel.oom_reap_statistics().exit_chunks, 3u);
+  EXPECT_EQ(kernel.stats().oom_reap.exit_chunks, 3u);
 }
 
 TEST_F(OomReaperTest, ReleasesAVictimsMemoryWhileTheMmReaperIsFrozen) {
@@ -274,8 +274,8 @@ TEST_F(OomReaperTest, AnMmIsQueuedOnceHoweverOftenItsHoldersAreKilled) {
   EXPECT_EQ(kernel.oom_kill(*victim), 2u);
   EXPECT_TRUE(test_flag(*mm, MMF_OOM_REAP_QUEUED));
   kernel.flush_oom_reaper();
-  EXPECT_EQ(kernel.oom_reap_statistics().queued, 1u);
-  EXPECT_EQ(kernel.oom_reap_statistics().reaped, 1u);
+  EXPECT_EQ(kernel.stats().oom_reap.queued, 1u);
+  EXPECT_EQ(kernel.stats().oom_reap.reaped, 1u);
   victim.reset();
   sharer.reset();
   EXPECT_EQ(mm->teardowns.load(), 1u);
@@ -296,7 +296,7 @@ TEST_F(OomReaperTest, HoldsAStructReferenceWhileQueuedAndDropsItWhenDone) {
   kernel.set_oom_reap_delay(0ns);
   kernel.flush_oom_reaper();
   EXPECT_EQ(mm->mm_count.load(), 1);
-  const oom_reap_stats s = kernel.oom_reap_statistics();
+  const oom_reap_stats s = kernel.stats().oom_reap;
   EXPECT_EQ(s.skipped, 1u) << "the victim had torn itself down: nothing left to reap";
   EXPECT_EQ(s.reaper_pages, 0u);
   EXPECT_EQ(s.exit_pages, thresh * 10) << "the exit path released every page";
@@ -312,8 +312,8 @@ TEST_F(OomReaperTest, MarkOomVictimAloneQueuesNothingAndTheExitUnmapsInOneGo) {
   const chunk_walk walk = walk_of(*mm);
   EXPECT_FALSE(walk.started) << "no oom_reaper: the normal, unchunked teardown";
   EXPECT_TRUE(walk.finished);
-  EXPECT_EQ(kernel.oom_reap_statistics().queued, 0u);
-  EXPECT_EQ(kernel.oom_reap_statistics().exit_chunks, 0u);
+  EXPECT_EQ(kernel.stats().oom_reap.queued, 0u);
+  EXPECT_EQ(kernel.stats().oom_reap.exit_chunks, 0u);
 }
 
 TEST_F(OomReaperTest, ReclaimBeforeTheWalkShrinksWhatItReleasesAndNothingAfterItBegan) {
@@ -372,7 +372,7 @@ TEST_P(OomReapRaceTest, RacingExitAndOomReapTearDownOnceAndCountEachPageOnce) {
     EXPECT_EQ(walk.exit_pages + walk.reaper_pages, pages) << "rep " << rep;
     total += pages;
   }
-  const oom_reap_stats s = kernel.oom_reap_statistics();
+  const oom_reap_stats s = kernel.stats().oom_reap;
   EXPECT_EQ(s.reaped, s.queued);
   EXPECT_EQ(s.errors, 0u);
   EXPECT_EQ(s.exit_pages + s.reaper_pages, total);
@@ -442,7 +442,7 @@ TEST_F(OomReaperTest, DestroyingTheSystemWithAPendingOomReapFinishesItAndDropsIt
       kernel.oom_kill(*victim);
       EXPECT_EQ(victim->exit(), decision::sync_ineligible);
     }
-    EXPECT_EQ(kernel.oom_reap_statistics().reaped, 0u) << "still pending";
+    EXPECT_EQ(kernel.stats().oom_reap.reaped, 0u) << "still pending";
   }
   for (const auto& mm : mms) {
     EXPECT_EQ((*mm)->mm_count.load(), 1) << "the oom_reaper dropped its reference before the system died";
@@ -524,7 +524,7 @@ TEST_F(ThawOnUrgencyTest, OomKillAndDrainReleaseMemoryWhileTheMmReaperIsFrozen) 
   EXPECT_EQ(mm->teardowns.load(), 1u);
   EXPECT_EQ(get_mm_rss(*mm), 0u);
   EXPECT_EQ(drained.items, 4u);
-  const oom_reap_stats s = kernel.oom_reap_statistics();
+  const oom_reap_stats s = kernel.stats().oom_reap;
   EXPECT_EQ(s.exit_pages + s.reaper_pages, thresh * 50);
   kernel.thaw();
   kernel.flush();
@@ -608,7 +608,7 @@ TEST_F(OomReaperStressTest, KillsExitsReclaimFlipsFreezesAndDrainsTearEveryMmDow
       walked += walk.rss_at_start;
     }
   }
-  const oom_reap_stats s = kernel.oom_reap_statistics();
+  const oom_reap_stats s = kernel.stats().oom_reap;
   EXPECT_EQ(s.queued, queued);
   EXPECT_EQ(s.reaped, queued);
   EXPECT_EQ(s.errors, 0u);

@@ -169,7 +169,7 @@ TEST_F(SwapReleaseTest, ExitingTaskHandsItsEntriesToTheWorkerInPageSizedBatches)
   auto task = swapped_task(kernel, 3000);
   EXPECT_EQ(task->exit(), decision::sync_disabled);
   kernel.flush();
-  const swap_release_stats s = kernel.swap_statistics();
+  const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.batches, 3u) << "1016 + 1016 + 968";
   EXPECT_EQ(s.batched, 3000u);
   EXPECT_EQ(s.inline_entries, 0u);
@@ -182,7 +182,7 @@ TEST_F(SwapReleaseTest, FewerThanSwapClusterMaxEntriesAreReleasedInline) {
   mm_system kernel(with_swap(1));
   auto task = swapped_task(kernel, mm_system::swap_cluster_max - 1);
   (void)task->exit();
-  const swap_release_stats s = kernel.swap_statistics();
+  const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.batches, 0u);
   EXPECT_EQ(s.inline_entries, mm_system::swap_cluster_max - 1);
   expect_swap_all_free(kernel);
@@ -192,7 +192,7 @@ TEST_F(SwapReleaseTest, ALoneExitUnderTheDefaultGateReleasesInline) {
   mm_system kernel(with_swap(2));  // NR_MIN_EXITING_PROCESSES
   auto task = swapped_task(kernel, 3000);
   (void)task->exit();
-  const swap_release_stats s = kernel.swap_statistics();
+  const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.batches, 0u);
   EXPECT_EQ(s.inline_entries, 3000u);
   expect_swap_all_free(kernel);
@@ -214,7 +214,7 @@ TEST_F(SwapReleaseTest, AnExitOverlappingAnotherHandsItsEntriesToTheWorker) {
   blocked_mm.aio.complete();
   exiting.join();
   kernel.flush();
-  const swap_release_stats s = kernel.swap_statistics();
+  const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.batches, 2u);
   EXPECT_EQ(s.batched, 2000u);
   EXPECT_EQ(s.inline_entries, 0u);
@@ -227,7 +227,7 @@ TEST_F(SwapReleaseTest, TeardownOnTheMmReaperReleasesItsEntriesThere) {
   auto task = swapped_task(kernel, 3000);
   EXPECT_EQ(task->exit(), decision::queued);
   kernel.flush();
-  const swap_release_stats s = kernel.swap_statistics();
+  const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.batches, 0u) << "the mm_reaper is not an exiting task";
   EXPECT_EQ(s.inline_entries, 3000u);
   expect_swap_all_free(kernel);
@@ -238,8 +238,8 @@ TEST_F(SwapReleaseTest, PlainMmputReleasesInline) {
   mm_struct* mm = kernel.mm_alloc(3010);
   EXPECT_EQ(kernel.swap_out(*mm, 3000), 3000u);
   kernel.mmput(*mm);
-  EXPECT_EQ(kernel.swap_statistics().batches, 0u);
-  EXPECT_EQ(kernel.swap_statistics().inline_entries, 3000u);
+  EXPECT_EQ(kernel.stats().swap.batches, 0u);
+  EXPECT_EQ(kernel.stats().swap.inline_entries, 3000u);
   expect_swap_all_free(kernel);
 }
 
@@ -252,8 +252,8 @@ TEST_F(SwapReleaseTest, ToggleOffReleasesInlineAndTheKnobReadsAndWritesIt) {
   EXPECT_EQ(kernel.get("vm.swap_async_release"), "0");
   auto task = swapped_task(kernel, 3000);
   (void)task->exit();
-  EXPECT_EQ(kernel.swap_statistics().batches, 0u);
-  EXPECT_EQ(kernel.swap_statistics().inline_entries, 3000u);
+  EXPECT_EQ(kernel.stats().swap.batches, 0u);
+  EXPECT_EQ(kernel.stats().swap.inline_entries, 3000u);
   expect_swap_all_free(kernel);
 }
 
@@ -273,7 +273,7 @@ TEST_F(SwapReleaseTest, FailedBatchAllocationQueuesTheBatchesBuiltAndReleasesThe
   auto task = swapped_task(kernel, 3000);
   (void)task->exit();
   kernel.flush();
-  const swap_release_stats s = kernel.swap_statistics();
+  const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.alloc_failures, 1u);
   EXPECT_EQ(s.batches, 1u);
   EXPECT_EQ(s.batched, swap_batch::capacity);
@@ -289,7 +289,7 @@ TEST_F(SwapReleaseTest, FailedFirstAllocationReleasesEverythingInline) {
   failing.reset(0, 1);
   auto task = swapped_task(kernel, 3000);
   (void)task->exit();
-  const swap_release_stats s = kernel.swap_statistics();
+  const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.alloc_failures, 1u);
   EXPECT_EQ(s.batches, 0u);
   EXPECT_EQ(s.queued + s.sync, 0u) << "nothing to put";
@@ -300,10 +300,10 @@ TEST_F(SwapReleaseTest, FailedFirstAllocationReleasesEverythingInline) {
 TEST_F(SwapReleaseTest, BatchesBuiltAfterShutdownAreReleasedInlineAtOnce) {
   mm_system kernel(with_swap(1));
   kernel.set_swap_batch_allocator(failing_allocator);
-  kernel.shutdown();
+  kernel.stop();
   auto task = swapped_task(kernel, 3000);
   (void)task->exit();
-  const swap_release_stats s = kernel.swap_statistics();
+  const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.batches, 3u);
   EXPECT_EQ(s.sync, 3u) << "put_chain after shutdown: decision::sync_stopped";
   EXPECT_EQ(s.released, 3u);
@@ -340,7 +340,7 @@ TEST_F(SwapReleaseStressTest, ConcurrentExitsWithFailingAllocationsReleaseEveryE
   }
   for (std::thread& t : exiting) t.join();
   kernel.flush();
-  const swap_release_stats s = kernel.swap_statistics();
+  const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.batched + s.inline_entries, swapped.load()) << "each entry counted once";
   EXPECT_GT(s.batches, 0u);
   EXPECT_GT(s.alloc_failures, 0u);

@@ -210,11 +210,11 @@ class scenario {
     const vmstat v = system_.vmstat();
     row_.exits = final_exits_.load();
     row_.stats = v;
-    row_.cap = system_.max_pending_pages();
+    row_.cap = system_.max_pending();
     row_.high_water = system_.pending_high_water();
     // After the flush, so every reaped count is in (a pool's: summed over its workers, a stolen
     // mm counted as enqueued by its victim and reaped by its thief, so the sums still match).
-    row_.reaper = system_.reaper_statistics();
+    row_.reaper = system_.stats().reaper;
     check(v.queued + v.sync == row_.exits, "queued + sync != exits");
     check(v.rejected <= v.sync, "rejected > sync");
     check(v.stalled <= v.sync, "stalled > sync");
@@ -246,7 +246,7 @@ class scenario {
 
   void monitor() {
     while (!stop_.load(std::memory_order_relaxed)) {
-      const std::uint64_t cap = system_.max_pending_pages();
+      const std::uint64_t cap = system_.max_pending();
       ++row_.samples;
       if (system_.vmstat().pending_pages > cap) ++row_.counter_over_cap;
       if (system_.pending_high_water() > cap) monitor_saw_high_water_over_cap_ = true;
@@ -372,8 +372,8 @@ row oom_kill_during_backlog(const run_mode& mode) {
   std::vector<std::thread> threads;
   std::atomic<int> victims_synced{0};
   for (int i = 0; i < reps; ++i) {
-    for (typename System::task* t :
-         {victims[static_cast<std::size_t>(i)].get(), sharers[static_cast<std::size_t>(i)].get()}) {
+    const auto at = static_cast<std::size_t>(i);
+    for (typename System::task* t : {victims[at].get(), sharers[at].get()}) {
       threads.emplace_back([&s, &victims_synced, t] {
         while (!t->killed()) std::this_thread::yield();  // a pending SIGKILL makes the task exit
         if (auto d = s.exit(*t)) {
@@ -565,7 +565,7 @@ template <class System>
 row shutdown_with_backlog(const run_mode& mode) {
   scenario<System> s("shutdown with backlog", mode, feature_on(gib_pages(12)));
   s.queue_frozen_backlog(16, gib_pages(0.5));
-  s.kernel().shutdown();
+  s.kernel().stop();
   s.check(s.kernel().vmstat().reaped == 16, "shutdown left part of the backlog");
   task_ptr<System> after = s.spawn(gib_pages(0.5));
   s.check(s.exit(*after) == decision::sync_stopped, "an exit after shutdown was not sync_stopped");
@@ -643,12 +643,12 @@ row swap_batch_storm(const run_mode& mode) {
   s.check(ds.size() == storm && count(ds, decision::sync_disabled) == storm,
           "a storm exit did not tear down on its own thread");
   s.kernel().flush();
-  const swap_release_stats storm_stats = s.kernel().swap_statistics();
+  const swap_release_stats storm_stats = s.kernel().stats().swap;
   task_ptr<System> lone = s.spawn(size);
   swapped += s.kernel().swap_out(*lone->mm(), 3500);
   (void)s.exit(*lone);
   s.kernel().flush();
-  const swap_release_stats after = s.kernel().swap_statistics();
+  const swap_release_stats after = s.kernel().stats().swap;
   s.check(storm_stats.batches > 0 && storm_stats.queued > 0, "the storm queued no swap batch");
   s.check(storm_stats.alloc_failures > 0, "no batch allocation failed: the fallback was not exercised");
   s.check(after.batches == storm_stats.batches, "a lone exit gathered batches under the gate");
@@ -687,7 +687,7 @@ row oom_kill_while_frozen(const run_mode& mode) {
   s.kernel().flush_oom_reaper();
   // Before the thaw: the victim's memory and the drained part of the backlog are back.
   const chunk_walk walk = walk_of(*mm);
-  const oom_reap_stats o = s.kernel().oom_reap_statistics();
+  const oom_reap_stats o = s.kernel().stats().oom_reap;
   s.check(mm->teardowns.load() == 1, "the victim's mm was not torn down exactly once while frozen");
   s.check(get_mm_rss(*mm) == 0, "the victim's RSS is not 0 while frozen");
   s.check(walk.exit_pages + walk.reaper_pages == gib_pages(0.5), "the two sides' pages do not add up to the RSS");
@@ -712,7 +712,7 @@ row oom_reaper_race(const run_mode& mode) {
   std::string split;
   for (const reap_direction direction : {reap_direction::same, reap_direction::other}) {
     s.kernel().set_oom_reap_direction(direction);
-    const oom_reap_stats before = s.kernel().oom_reap_statistics();
+    const oom_reap_stats before = s.kernel().stats().oom_reap;
     for (int i = 0; i < reps; ++i) {
       task_ptr<System> first = s.spawn(size);
       task_ptr<System> second = s.clone_vm(*first);
@@ -733,7 +733,7 @@ row oom_reaper_race(const run_mode& mode) {
               "a raced mm was left with memory or mapped chunks");
       s.check(walk.exit_pages + walk.reaper_pages == size, "a raced mm's two sides do not add up to its RSS");
     }
-    const oom_reap_stats after = s.kernel().oom_reap_statistics();
+    const oom_reap_stats after = s.kernel().stats().oom_reap;
     const std::uint64_t exit_pages = after.exit_pages - before.exit_pages;
     const std::uint64_t reaper_pages = after.reaper_pages - before.reaper_pages;
     s.check(exit_pages + reaper_pages == static_cast<std::uint64_t>(reps) * size,
@@ -741,7 +741,7 @@ row oom_reaper_race(const run_mode& mode) {
     split += std::string(split.empty() ? "" : "; ") + to_string(direction) + ": exit " + std::to_string(exit_pages) +
              " + oom_reaper " + std::to_string(reaper_pages);
   }
-  s.check(s.kernel().oom_reap_statistics().errors == 0, "a MADV_DONTNEED failed");
+  s.check(s.kernel().stats().oom_reap.errors == 0, "a MADV_DONTNEED failed");
   s.detail(std::to_string(reps) + " killed CLONE_VM pairs per end, each torn down once; pages " + split);
   return s.finish();
 }

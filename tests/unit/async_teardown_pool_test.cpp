@@ -568,7 +568,7 @@ TEST_F(PooledMmSystemTest, EveryExitedMmIsTornDownExactlyOnceAndVmstatBalances) 
   EXPECT_EQ(v.reaped, v.queued);
   EXPECT_EQ(v.pending_pages, 0u);
   EXPECT_EQ(kernel.teardowns(), exits);
-  EXPECT_EQ(kernel.reaper_statistics().enqueued, v.queued) << "the workers' sums";
+  EXPECT_EQ(kernel.stats().reaper.enqueued, v.queued) << "the workers' sums";
   EXPECT_TRUE(eventually([] {
     const std::set<std::string> names = thread_names();
     return names.count("mm_reaper-0") == 1 && names.count("mm_reaper-1") == 1;

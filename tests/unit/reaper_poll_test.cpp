@@ -182,7 +182,7 @@ TEST(ReaperPollTest, TheModelKernelForwardsThePollIntervalToItsReaper) {
   auto task = kernel.spawn(16);
   EXPECT_EQ(task->exit(), teardown::decision::queued);
   ASSERT_TRUE(eventually([&] { return kernel.vmstat().reaped == 1; })) << "the queued mm was never torn down";
-  EXPECT_EQ(kernel.reaper_statistics().wakeups, 0u) << "the exiting thread made a futex wake";
+  EXPECT_EQ(kernel.stats().reaper.wakeups, 0u) << "the exiting thread made a futex wake";
 }
 
 // ---- Lazy polling: looks that back off while idle, and hurries (reaper.hpp "Wake policy") ----

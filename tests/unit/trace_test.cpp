@@ -869,7 +869,7 @@ TEST_F(TraceDomainTest, ADeferredDomainTagsItsEventsWithItsDomain) {
 TEST_F(TraceDomainTest, ModelMmReaperAndSwapReleaseTagTheirEventsWithTheirOwnDomains) {
   using teardown::model::mm_system;
   mm_system kernel({.async_mm_teardown = true, .thresh_pages = 0, .swap_slots = 1 << 16, .swap_min_exiting = 1});
-  const std::uint64_t mm_reaper = kernel.mm_reaper_trace_domain();
+  const std::uint64_t mm_reaper = kernel.trace_domain();
   const std::uint64_t swap_release = kernel.swap_release_trace_domain();
   EXPECT_NE(mm_reaper, 0u);
   EXPECT_NE(swap_release, 0u);
@@ -887,7 +887,7 @@ TEST_F(TraceDomainTest, ModelMmReaperAndSwapReleaseTagTheirEventsWithTheirOwnDom
   const std::uint64_t swapping_mm = swapping->mm()->id;
   EXPECT_EQ(swapping->exit(), teardown::decision::sync_disabled);
   kernel.flush_swap_release();
-  ASSERT_EQ(kernel.swap_statistics().queued, 3u);
+  ASSERT_EQ(kernel.stats().swap.queued, 3u);
 
   const auto split = [&](const auto& events, const char* what) {
     std::map<std::uint64_t, std::vector<std::uint64_t>> ids_by_domain;
