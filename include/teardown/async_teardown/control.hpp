@@ -101,7 +101,8 @@ class async_control {
       if (self().shared()) {
         const auto deadline = std::chrono::steady_clock::now() + timeout;
         const std::int64_t limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
-        const std::uint64_t deadline_ns = std_sync::now_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, limit_ns));
+        const std::uint64_t deadline_ns =
+            std_sync::now_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, limit_ns));
         if (!self().gate_.close(/*wait=*/!self().forked(), deadline_ns)) return false;
         const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
         return self().on_workers([&](auto& workers) { return workers.flush_for(left); });
