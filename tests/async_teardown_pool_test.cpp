@@ -548,11 +548,10 @@ TEST_F(PooledAsyncTeardownTest, BadPoolOptionsAreRefusedByTheConstructorLeavingN
       << "nothing started, or everything started was stopped";
 }
 
-TEST_F(PooledAsyncTeardownTest, PoolWorkerCpusAreIgnoredLikeTheRestOfPoolWorker) {
+TEST_F(PooledAsyncTeardownTest, PoolWorkerCpusAreRefusedLikeTheRestOfPoolWorker) {
   async_teardown_options opts = two_workers();
-  opts.pool.worker.cpus = {-1};  // would be refused if it were read
-  pooled_async async(std::move(opts), traits());
-  EXPECT_EQ(async.worker_count(), 2u);
+  opts.pool.worker.cpus = {-1};  // once silently ignored
+  EXPECT_THROW(pooled_async(std::move(opts), traits()), std::invalid_argument);
 }
 
 // --- pooled_mm_system --------------------------------------------------------------------------

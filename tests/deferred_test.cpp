@@ -1069,5 +1069,75 @@ TEST_F(DeferredTest, DestroyingTheDomainFromADestructorInsideItsDrainAbortsWithA
       "teardown::deferred_domain::~deferred_domain: the domain is destroyed from a destructor");
 }
 
+// --- Options and the vocabulary ----------------------------------------------------------------
+
+static_assert(teardown::worker_control<deferred_domain>);
+
+// `deferred_domain d({.threshold = ...})` once built async_teardown_options: no shared budget, a
+// cap of 2^48 and a reaper named "async_teardown". deferred_domain_options keep deferred's.
+TEST_F(DeferredTest, DesignatedOptionsKeepEveryOtherDefaultOfDeferred) {
+  deferred_domain domain({.threshold = 1 << 20});
+  EXPECT_EQ(domain.threshold(), 1u << 20);
+  EXPECT_EQ(domain.max_pending(), deferred_domain::default_budget()->cap()) << "the shared budget's cap";
+  EXPECT_NE(domain.max_pending(), teardown::budget::max_cap);
+  destruction_log log;
+  domain.delete_object(new tracked{&log, 2 * mib});
+  domain.flush();
+  EXPECT_EQ(log.count(), 1);
+  EXPECT_EQ(log.thread(), "deferred_delete") << "the reaper has deferred's name";
+  const teardown::deferred_domain_options defaults;
+  EXPECT_EQ(defaults.threshold, deferred_domain::default_threshold);
+  EXPECT_EQ(defaults.trim.after, deferred_domain::default_trim_after);
+  EXPECT_EQ(defaults.shared_budget, deferred_domain::default_budget());
+  EXPECT_EQ(defaults.reaper.name, "deferred_delete");
+}
+
+TEST_F(DeferredTest, OldNamesStillWorkWithTheSameValues) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  // The old constructor takes async_teardown_options, with async_teardown's defaults, as before.
+  deferred_domain plain_async(teardown::async_teardown_options{.reaper = {.name = reaper_name}});
+  EXPECT_EQ(plain_async.max_pending(), teardown::budget::max_cap);
+  // Old code that kept default_options() in an async_teardown_options still builds.
+  teardown::async_teardown_options converted = deferred_domain::default_options();
+  converted.reaper.name = reaper_name;
+  converted.sync_when_stalled = false;
+  deferred_domain domain(converted);
+  EXPECT_EQ(domain.threshold(), deferred_domain::default_threshold);
+  EXPECT_EQ(domain.max_pending(), deferred_domain::default_budget()->cap());
+
+  destruction_log log;
+  domain.freeze();
+  EXPECT_EQ(domain.delete_object(new tracked{&log, 1}), decision::sync_ineligible);
+  EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::queued);
+  teardown::detail::fail_next_node_allocations = 1;
+  EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::sync_no_memory);
+  const teardown::deferred_stats s = domain.stats();
+  EXPECT_EQ(s.freed_inline, 2u);
+  EXPECT_EQ(s.freed_inline, s.inline_total);
+  EXPECT_EQ(s.small, 1u);
+  EXPECT_EQ(s.small, s.inline_small);
+  EXPECT_EQ(s.no_memory, 1u);
+  EXPECT_EQ(s.no_memory, s.inline_no_memory);
+  EXPECT_EQ(s.rejected, s.inline_rejected);
+  EXPECT_EQ(s.pending_bytes, mib);
+  EXPECT_EQ(s.pending_bytes, s.pending);
+  EXPECT_EQ(s.max_pending, s.cap);
+  EXPECT_EQ(s.trims, s.trim.trims);
+  EXPECT_EQ(s.trimmed_bytes, s.trim.trimmed_bytes);
+  EXPECT_EQ(s.trim_cpu_ns, s.trim.trim_cpu_ns);
+  EXPECT_EQ(domain.worker_nice(), domain.nice());
+  EXPECT_TRUE(domain.set_worker_nice(18));
+  EXPECT_EQ(domain.nice(), 18);
+  EXPECT_EQ(domain.reaper_statistics().enqueued, domain.worker_stats().enqueued);
+  domain.thaw();
+  EXPECT_TRUE(domain.shutdown_for(std::chrono::seconds(30)));  // a liveness bound, not a time assertion
+  domain.shutdown();
+  EXPECT_EQ(log.count(), 3);
+  EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::sync_stopped);
+  EXPECT_FALSE(domain.reaper_statistics().running);
+#pragma GCC diagnostic pop
+}
+
 }  // namespace
 }  // namespace teardown_test
