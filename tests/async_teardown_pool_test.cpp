@@ -2,7 +2,8 @@
 // Workers>) with a pool of reaper workers (reaper_pool_workers), and of pooled_mm_system: every
 // item put from many threads reaped exactly once with the charges balancing; the worker count;
 // opts.reaper supplying every worker's options (names with "-<i>", on_error) and opts.pool.worker
-// refused (std::invalid_argument) rather than silently ignored; drain across the workers (oldest first per putting thread, within the budget);
+// refused (std::invalid_argument) rather than silently ignored; drain across the workers
+// (oldest first per putting thread, within the budget);
 // freeze/thaw holding every worker; shutdown, then puts inline; put_chain; the stall watchdog;
 // the const_key<false> form starting no thread; bad pool options refused with no thread left; the
 // model with a pool (every mm torn down exactly once, vmstat balancing). The default worker

@@ -1881,7 +1881,8 @@ TEST_F(AsyncTeardownDeathTest, PutOfAnItemStillQueuedAbortsWithAMessage) {
     (void)async.put(items[0]);
     std::_Exit(0);  // no abort: the death test reports "did not die"
   };
-  EXPECT_DEATH(put_twice(), "teardown::async_teardown::put: the item is already queued \\(element type teardown_test::");
+  EXPECT_DEATH(put_twice(),
+               "teardown::async_teardown::put: the item is already queued \\(element type teardown_test::");
 }
 
 TEST_F(AsyncTeardownDeathTest, PutOfAnItemOnACallersChainAbortsOnEveryPath) {

@@ -118,7 +118,7 @@ TEST_F(ReleaseDoubleAddTest, AsyncTeardownPutOfAnItemStillQueuedThrowsAndChanges
   EXPECT_THROW(async.put(i), std::invalid_argument);
   const teardown::async_teardown_stats after = async.stats();
   EXPECT_EQ(after.queued, before.queued);
-  EXPECT_EQ(after.sync, before.sync);
+  EXPECT_EQ(after.inline_total, before.inline_total);
   EXPECT_EQ(after.pending, before.pending);
   EXPECT_EQ(i.destroyed.load(), 0);
   async.thaw();

@@ -313,7 +313,7 @@ class async_teardown
     return true;
   }
 
-  /// A snapshot; see "Counters" in the header comment (options.hpp names the fields).
+  /// A snapshot; see the ordering paragraph in the header comment (options.hpp names the fields).
   async_teardown_stats stats() const noexcept {
     async_teardown_stats s;
     if constexpr (!compiled_out) {
