@@ -98,8 +98,8 @@ class async_teardown
   /// Starts the worker(s) (unless the deferred path is compiled out). Throws
   /// std::invalid_argument naming the field, starting nothing, if max_pending >
   /// budget::max_cap (or is set along with shared_budget), min_concurrent == 0, opts.reaper is
-  /// refused as a reaper's options are (reaper_options), or (reaper_pool_workers) the pool's
-  /// options are bad (see reaper_pool);
+  /// refused as a reaper's options are (reaper_options), opts.pool.worker is not default (every
+  /// worker takes opts.reaper), or (reaper_pool_workers) the pool's options are bad (see reaper_pool);
   /// std::system_error if a thread cannot start (the workers made so far are stopped).
   /// `async_teardown a({})` means the defaults.
   explicit async_teardown(async_teardown_options opts = {}, Traits traits = Traits{})
