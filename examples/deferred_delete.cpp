@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   std::printf("  inline:   %9.3f ms\n", inline_release_ms);
   // On a busy machine the nice-19 reaper gets a sliver of a CPU; a flush() that waits longer
   // than the reaper's boost_after (10 ms) raises it to this thread's nice until it is drained.
-  const teardown::reaper_stats worker = domain.reaper_statistics();
+  const teardown::reaper_stats worker = domain.worker_stats();
   if (worker.boosts != 0) {
     std::printf("  (the reaper was boosted %llu time(s) while flush() waited: a busy machine, or a free slower than\n"
                 "   10 ms; without the boost its wait would grow with the load)\n",
@@ -103,9 +103,9 @@ int main(int argc, char** argv) {
   std::printf("stats: queued %llu, reaped %llu, freed inline %llu (below the threshold %llu, budget full %llu), "
               "pending %llu bytes, high water %llu MiB\n",
               static_cast<unsigned long long>(stats.queued), static_cast<unsigned long long>(stats.reaped),
-              static_cast<unsigned long long>(stats.freed_inline), static_cast<unsigned long long>(stats.small),
-              static_cast<unsigned long long>(stats.rejected), static_cast<unsigned long long>(stats.pending_bytes),
+              static_cast<unsigned long long>(stats.inline_total), static_cast<unsigned long long>(stats.inline_small),
+              static_cast<unsigned long long>(stats.inline_rejected), static_cast<unsigned long long>(stats.pending),
               static_cast<unsigned long long>(stats.high_water >> 20));
   // Whatever is still queued when main returns is freed at exit, before the reaper is joined.
-  return stats.queued == stats.reaped && stats.pending_bytes == 0 ? 0 : 1;
+  return stats.queued == stats.reaped && stats.pending == 0 ? 0 : 1;
 }

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   std::uint64_t next_tick = start + tick_us * 1000;
   for (;;) {
     const teardown::deferred_stats s = domain.stats();
-    if (handed == buffers && s.reaped + s.freed_inline >= buffers) break;
+    if (handed == buffers && s.reaped + s.inline_total >= buffers) break;
     epoll_event events[2];
     const int ready = ::epoll_wait(epoll, events, 2, 100);
     for (int i = 0; i < ready; ++i) {
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
               "library threads started: %zu\n",
               static_cast<unsigned long long>((buffers * buffer_bytes) >> 20), static_cast<unsigned long long>(buffers),
               static_cast<unsigned long long>(buffer_kib), static_cast<unsigned long long>(s.reaped),
-              static_cast<unsigned long long>(s.freed_inline), seconds, static_cast<unsigned long long>(runs),
+              static_cast<unsigned long long>(s.inline_total), seconds, static_cast<unsigned long long>(runs),
               static_cast<unsigned long long>(slice), p99_us, static_cast<double>(worst_late_ns) / 1e3,
               static_cast<unsigned long long>(ticks), thread_count() - threads_before);
   ::close(epoll);

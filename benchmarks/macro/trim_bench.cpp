@@ -110,7 +110,7 @@ case_report run_case(std::size_t object_bytes, std::size_t count, mode m) {
     std::memset(large, 1, std::size_t{4} << 20);
     std::free(large);
   }
-  teardown::async_teardown_options opts = teardown::deferred_domain::default_options();
+  teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
   opts.reaper.name = "trim_bench";
   if (m == mode::deferred) opts.trim.after = 0;
   teardown::deferred_domain domain(std::move(opts));
@@ -137,15 +137,15 @@ case_report run_case(std::size_t object_bytes, std::size_t count, mode m) {
   r.flush_ms = ms_between(flush_start, clock_type::now());
   // The batch-end trim follows the batch's last delete: give the reaper its turn (bounded).
   const auto give_up = clock_type::now() + std::chrono::seconds(5);
-  while (m == mode::deferred_trim && domain.stats().trims == 0 && clock_type::now() < give_up) {
+  while (m == mode::deferred_trim && domain.stats().trim.trims == 0 && clock_type::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   r.rss_after_mib = resident_mib();
   const teardown::deferred_stats s = domain.stats();
-  r.trims = s.trims;
-  r.trimmed_mib = static_cast<double>(s.trimmed_bytes) / (1 << 20);
-  r.trim_cpu_ms = static_cast<double>(s.trim_cpu_ns) / 1e6;
+  r.trims = s.trim.trims;
+  r.trimmed_mib = static_cast<double>(s.trim.trimmed_bytes) / (1 << 20);
+  r.trim_cpu_ms = static_cast<double>(s.trim.trim_cpu_ns) / 1e6;
   if (s.queued + (m == mode::inline_delete ? count : 0) < count) {
     std::snprintf(r.failed, sizeof r.failed, "only %llu of %zu objects were queued",
                   static_cast<unsigned long long>(s.queued), count);

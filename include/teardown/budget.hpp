@@ -48,6 +48,7 @@
 // under the cap, and the counter is never less than the committed sum (failed adds only inflate
 // it), so the committed sum is at or under the cap when it grows. Whatever the reserved item
 // publishes travels through its own queue.
+// Design: docs/design.md, "budget: add-then-check reservation".
 #pragma once
 
 #include <atomic>

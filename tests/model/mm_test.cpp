@@ -231,7 +231,7 @@ TEST_F(MmputExitTest, ToggleOffTearsDownInlineWithoutTheEagerExitAioOrReadingThe
   mm_struct* mm = kernel.mm_alloc(large);
   grabbed held(mm);
 
-  EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_disabled);
+  EXPECT_EQ(kernel.mmput_exit(*mm), decision::inline_disabled);
 
   EXPECT_EQ(teardowns_of(*mm), 1u) << "torn down inline, before mmput_exit returned";
   EXPECT_EQ(mm->aio.exit_calls(), 1u) << "only the teardown's own exit_aio ran";
@@ -249,7 +249,7 @@ TEST_F(MmputExitTest, RssBelowTheThresholdIsIneligible) {
   mm_struct* mm = kernel.mm_alloc(thresh - 1);
   grabbed held(mm);
 
-  EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_ineligible);
+  EXPECT_EQ(kernel.mmput_exit(*mm), decision::inline_ineligible);
 
   EXPECT_EQ(teardowns_of(*mm), 1u);
   EXPECT_EQ(mm->aio.exit_calls(), 1u) << "no eager exit_aio for an ineligible mm";
@@ -278,7 +278,7 @@ void expect_flag_makes_ineligible(unsigned flag) {
   grabbed held(mm);
   teardown::model::set_flag(*mm, flag);
 
-  EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_ineligible);
+  EXPECT_EQ(kernel.mmput_exit(*mm), decision::inline_ineligible);
 
   EXPECT_EQ(teardowns_of(*mm), 1u);
   EXPECT_EQ(mm->aio.exit_calls(), 1u);
@@ -294,7 +294,7 @@ TEST_F(MmputExitTest, MmLargerThanTheWholeBudgetIsRejected) {
   mm_struct* mm = kernel.mm_alloc(large);
   grabbed held(mm);
 
-  EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_rejected);
+  EXPECT_EQ(kernel.mmput_exit(*mm), decision::inline_rejected);
 
   EXPECT_EQ(teardowns_of(*mm), 1u);
   EXPECT_EQ(mm->aio.exit_calls(), 2u) << "the eager exit_aio ran before the budget refused";
@@ -314,7 +314,7 @@ TEST_F(MmputExitTest, MmThatDoesNotFitBesideThePendingChargesIsRejected) {
   kernel.freeze();
 
   EXPECT_EQ(kernel.mmput_exit(*first), decision::queued);
-  EXPECT_EQ(kernel.mmput_exit(*second), decision::sync_rejected);
+  EXPECT_EQ(kernel.mmput_exit(*second), decision::inline_rejected);
 
   EXPECT_EQ(teardowns_of(*second), 1u) << "the rejected mm is torn down inline";
   EXPECT_EQ(teardowns_of(*first), 0u) << "the reaper is frozen";
@@ -336,7 +336,7 @@ TEST_F(MmputExitTest, ExitAfterShutdownIsStopped) {
   grabbed held(mm);
   kernel.stop();
 
-  EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_stopped);
+  EXPECT_EQ(kernel.mmput_exit(*mm), decision::inline_stopped);
 
   EXPECT_EQ(teardowns_of(*mm), 1u) << "torn down inline";
   EXPECT_EQ(mm->aio.exit_calls(), 1u) << "decided before the eager exit_aio";
@@ -357,7 +357,7 @@ TEST_F(MmputExitTest, ShutdownForTearsDownTheFrozenBacklogAndLaterExitsAreStoppe
   EXPECT_TRUE(kernel.stop_for(std::chrono::seconds(30)));  // a liveness bound
   EXPECT_EQ(teardowns_of(*queued), 1u);
   EXPECT_EQ(kernel.vmstat().pending_pages, 0u);
-  EXPECT_EQ(kernel.mmput_exit(*later), decision::sync_stopped);
+  EXPECT_EQ(kernel.mmput_exit(*later), decision::inline_stopped);
   EXPECT_EQ(teardowns_of(*later), 1u);
 }
 
@@ -412,7 +412,7 @@ TEST_F(MmputExitTest, LoneExitUnderTheGateTearsDownInlineWithoutTheEagerExitAioO
   auto t = kernel.spawn(large);
   grabbed mm(t->mm());
 
-  EXPECT_EQ(t->exit(), decision::sync_uncontended);
+  EXPECT_EQ(t->exit(), decision::inline_uncontended);
 
   EXPECT_EQ(teardowns_of(*mm), 1u) << "torn down before exit returned";
   EXPECT_EQ(mm->aio.exit_calls(), 1u) << "decided before the eager exit_aio: only the teardown's";
@@ -431,8 +431,8 @@ TEST_F(MmputExitTest, GateDoesNotOverrideTheThresholdOrTheOomFlags) {
   mm_struct* victim = kernel.mm_alloc(large);
   teardown::model::set_flag(*victim, MMF_OOM_TARGETED);
 
-  EXPECT_EQ(kernel.mmput_exit(*small), decision::sync_ineligible);
-  EXPECT_EQ(kernel.mmput_exit(*victim), decision::sync_ineligible);
+  EXPECT_EQ(kernel.mmput_exit(*small), decision::inline_ineligible);
+  EXPECT_EQ(kernel.mmput_exit(*victim), decision::inline_ineligible);
   EXPECT_EQ(kernel.vmstat().uncontended, 0u);
 }
 
@@ -473,7 +473,7 @@ TEST_F(MmputExitTest, StormOfExitsUnderTheGateQueuesAllButAtMostTheFirstFew) {
   std::size_t queued = 0, uncontended = 0;
   for (const std::optional<decision>& d : decided) {
     queued += d == decision::queued;
-    uncontended += d == decision::sync_uncontended;
+    uncontended += d == decision::inline_uncontended;
   }
   EXPECT_EQ(queued + uncontended, exits) << "every exit either queued or was alone enough";
   EXPECT_LE(uncontended, gate - 1);
@@ -488,7 +488,7 @@ TEST_F(MmputExitTest, StormOfExitsUnderTheGateQueuesAllButAtMostTheFirstFew) {
 
   // The storm over, the count is back at zero: a lone exit is alone again.
   auto after = kernel.spawn(large);
-  EXPECT_EQ(after->exit(), decision::sync_uncontended);
+  EXPECT_EQ(after->exit(), decision::inline_uncontended);
 }
 
 // --- mmput: always inline, never counted -------------------------------------------------------
@@ -795,7 +795,7 @@ TEST_F(OomTest, KilledHoldersTearDownInlineWhicheverExitsLast) {
 
   EXPECT_EQ(killed, 2u);
   EXPECT_NE(victim_decision.has_value(), sharer_decision.has_value()) << "exactly one exit was the last";
-  EXPECT_EQ(victim_decision.value_or(sharer_decision.value_or(decision::queued)), decision::sync_ineligible);
+  EXPECT_EQ(victim_decision.value_or(sharer_decision.value_or(decision::queued)), decision::inline_ineligible);
   EXPECT_EQ(teardowns_of(*mm), 1u);
   EXPECT_EQ(kernel.vmstat().queued, 0u);
 }
@@ -816,7 +816,7 @@ TEST_F(OomTest, ExitsOfKilledTasksNeverQueue) {
 
   EXPECT_EQ(sharer->exit(), std::nullopt);
   EXPECT_EQ(victim->exit(), std::nullopt);
-  EXPECT_EQ(other_sharer->exit(), decision::sync_ineligible);
+  EXPECT_EQ(other_sharer->exit(), decision::inline_ineligible);
 
   EXPECT_TRUE(queued.events_for(mm->id).empty()) << "an OOM victim's mm was queued";
   EXPECT_EQ(teardowns_of(*mm), 1u);
@@ -839,7 +839,7 @@ TEST_F(OomTest, MarkOomVictimSetsTheFlagOnly) {
   EXPECT_FALSE(sharer->killed());
   EXPECT_EQ(kernel.oom_kills(), 0u);
   EXPECT_EQ(sharer->exit(), std::nullopt);
-  EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+  EXPECT_EQ(victim->exit(), decision::inline_ineligible);
 }
 
 TEST_F(OomTest, OomKillOfAnExitedTaskKillsNothing) {
@@ -882,7 +882,7 @@ TEST_F(OomTest, TargetedFlagIsSticky) {
   EXPECT_TRUE(test_flag(*mm, MMF_OOM_TARGETED));
   EXPECT_EQ(victim->exit(), std::nullopt);
   EXPECT_TRUE(test_flag(*mm, MMF_OOM_TARGETED));
-  EXPECT_EQ(later_sharer->exit(), decision::sync_ineligible);
+  EXPECT_EQ(later_sharer->exit(), decision::inline_ineligible);
 
   EXPECT_TRUE(test_flag(*mm, MMF_OOM_TARGETED)) << "still set after the teardown";
 }
@@ -1057,7 +1057,7 @@ TEST_F(KnobTest, TheToggleWrittenAsTextTakesEffect) {
   mm_system kernel(async_on());
   kernel.set("vm.async_mm_teardown", "0\n");
   mm_struct* off = kernel.mm_alloc(large);
-  EXPECT_EQ(kernel.mmput_exit(*off), decision::sync_disabled);
+  EXPECT_EQ(kernel.mmput_exit(*off), decision::inline_disabled);
   kernel.set("vm.async_mm_teardown", "1");
   mm_struct* on = kernel.mm_alloc(large);
   EXPECT_EQ(kernel.mmput_exit(*on), decision::queued);
@@ -1137,7 +1137,7 @@ TEST_F(KnobTest, LoweredMaxPendingRejectsWhatNoLongerFits) {
   kernel.set_max_pending_pages(large - 1);
   mm_struct* mm = kernel.mm_alloc(large);
 
-  EXPECT_EQ(kernel.mmput_exit(*mm), decision::sync_rejected);
+  EXPECT_EQ(kernel.mmput_exit(*mm), decision::inline_rejected);
 }
 
 TEST_F(KnobTest, MinConcurrentExitsDefaultsToOneTheGateOff) {
@@ -1185,7 +1185,7 @@ TEST_F(KnobTest, MinConcurrentExitsWrittenAsTextTakesEffect) {
   mm_system kernel(async_on());
   kernel.set(mm_system::knob_min_concurrent, "2");
   mm_struct* alone = kernel.mm_alloc(large);
-  EXPECT_EQ(kernel.mmput_exit(*alone), decision::sync_uncontended);
+  EXPECT_EQ(kernel.mmput_exit(*alone), decision::inline_uncontended);
   kernel.set(mm_system::knob_min_concurrent, "1");
   mm_struct* ungated = kernel.mm_alloc(large);
   EXPECT_EQ(kernel.mmput_exit(*ungated), decision::queued);
@@ -1380,7 +1380,7 @@ TEST_F(FreezeTest, TogglingOffMidBacklogMakesNewExitsSyncWhileTheBacklogDrains) 
   kernel.set_async_mm_teardown(false);
   mm_struct* late = kernel.mm_alloc(large);
   grabbed late_held(late);
-  EXPECT_EQ(kernel.mmput_exit(*late), decision::sync_disabled);
+  EXPECT_EQ(kernel.mmput_exit(*late), decision::inline_disabled);
   EXPECT_EQ(teardowns_of(*late), 1u);
   kernel.thaw();
   kernel.flush();
@@ -1570,7 +1570,7 @@ TEST_F(MmTest, ReaperChargesAQueuedMmsTeardownCpuToItsOwner) {
   kernel.flush();
   EXPECT_GT(cgroup_cpu_ns.load(), 0u) << "the reaper's CPU for the teardown went to the mm's owner";
   kernel.set_async_mm_teardown(false);
-  EXPECT_EQ(other->exit(), decision::sync_disabled);
+  EXPECT_EQ(other->exit(), decision::inline_disabled);
   EXPECT_EQ(bystander_cpu_ns.load(), 0u) << "an inline teardown is the exiting thread's own CPU";
 }
 
@@ -1588,7 +1588,7 @@ TEST_F(MmTest, CompiledOutSystemTearsEveryExitDownInlineAndStartsNoReaper) {
   auto t = kernel.spawn(mm_system::default_thresh_pages() * 4);
   mm_struct* mm = t->mm();
   mm_system::mmgrab(*mm);
-  EXPECT_EQ(t->exit(), decision::sync_disabled);
+  EXPECT_EQ(t->exit(), decision::inline_disabled);
   EXPECT_EQ(mm->teardowns.load(), 1u) << "torn down before mmput_exit returned";
   const auto v = kernel.vmstat();
   EXPECT_EQ(v.queued + v.sync, 0u) << "the =n build has no counters";
@@ -1601,7 +1601,7 @@ TEST_F(MmTest, CompiledOutSystemKeepsTheGateKnobAndStillTearsDownInline) {
   EXPECT_EQ(kernel.min_concurrent_exits(), 4u);
   EXPECT_THROW(kernel.set_min_concurrent_exits(0), std::invalid_argument);
   auto t = kernel.spawn(mm_system::default_thresh_pages() * 4);
-  EXPECT_EQ(t->exit(), decision::sync_disabled);
+  EXPECT_EQ(t->exit(), decision::inline_disabled);
   EXPECT_EQ(kernel.vmstat().uncontended, 0u);
 }
 

@@ -190,7 +190,7 @@ TEST_F(OomReapKnobTest, CompiledOutSystemHasTheKnobAndTheOomReaper) {
   kernel.flush_oom_reaper();
   EXPECT_EQ(get_mm_rss(*mm), 0u);
   EXPECT_EQ(kernel.stats().oom_reap.reaper_pages, thresh * 10);
-  EXPECT_EQ(victim->exit(), decision::sync_disabled);
+  EXPECT_EQ(victim->exit(), decision::inline_disabled);
   EXPECT_EQ(mm->teardowns.load(), 1u);
 }
 
@@ -233,7 +233,7 @@ TEST_F(OomReaperTest, ReleasesAKilledVictimsMemoryEvenIfTheVictimNeverExits) {
   EXPECT_EQ(s.reaper_chunks, 3u);
 
   // The victim's exit later unmaps what is left: the range, not pages.
-  EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+  EXPECT_EQ(victim->exit(), decision::inline_ineligible);
   EXPECT_EQ(mm->teardowns.load(), 1u);
   EXPECT_EQ(residency_of(m).error, ENOMEM) << "mincore: the range is unmapped";
   EXPECT_EQ(walk_of(*mm).exit_pages, 0u);
@@ -257,7 +257,7 @@ TEST_F(OomReaperTest, ReleasesAVictimsMemoryWhileTheMmReaperIsFrozen) {
   EXPECT_EQ(residency_of(m).resident, 0u) << "released while the mm_reaper is frozen";
   EXPECT_EQ(kernel.vmstat().reaped, 0u) << "the mm_reaper stayed frozen";
   EXPECT_EQ(queued_mm->teardowns.load(), 0u);
-  EXPECT_EQ(victim->exit(), decision::sync_ineligible) << "a victim's exit never waits for the mm_reaper";
+  EXPECT_EQ(victim->exit(), decision::inline_ineligible) << "a victim's exit never waits for the mm_reaper";
   EXPECT_EQ(mm->teardowns.load(), 1u);
   kernel.thaw();
   kernel.flush();
@@ -290,7 +290,7 @@ TEST_F(OomReaperTest, HoldsAStructReferenceWhileQueuedAndDropsItWhenDone) {
   ASSERT_EQ(mm->mm_count.load(), 2);  // the users' reference and ours
   kernel.oom_kill(*victim);
   EXPECT_EQ(mm->mm_count.load(), 3) << "oom_kill grabbed the struct for the oom_reaper";
-  EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+  EXPECT_EQ(victim->exit(), decision::inline_ineligible);
   EXPECT_EQ(mm->teardowns.load(), 1u);
   EXPECT_EQ(mm->mm_count.load(), 2) << "the teardown dropped the users' reference, not the oom_reaper's";
   kernel.set_oom_reap_delay(0ns);
@@ -308,7 +308,7 @@ TEST_F(OomReaperTest, MarkOomVictimAloneQueuesNothingAndTheExitUnmapsInOneGo) {
   grabbed mm(victim->mm());
   ASSERT_TRUE(kernel.mark_oom_victim(*victim));
   EXPECT_FALSE(test_flag(*mm, MMF_OOM_REAP_QUEUED));
-  EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+  EXPECT_EQ(victim->exit(), decision::inline_ineligible);
   const chunk_walk walk = walk_of(*mm);
   EXPECT_FALSE(walk.started) << "no oom_reaper: the normal, unchunked teardown";
   EXPECT_TRUE(walk.finished);
@@ -331,7 +331,7 @@ TEST_F(OomReaperTest, ReclaimBeforeTheWalkShrinksWhatItReleasesAndNothingAfterIt
   EXPECT_EQ(walk_of(*mm).reaper_pages, pages - 100);
   EXPECT_EQ(residency_of(m).resident, 0u);
   EXPECT_EQ(kernel.reclaim(*mm, 1), 0u) << "the walk began: reclaim takes nothing";
-  EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+  EXPECT_EQ(victim->exit(), decision::inline_ineligible);
   EXPECT_EQ(mm->teardowns.load(), 1u);
 }
 
@@ -360,7 +360,7 @@ TEST_P(OomReapRaceTest, RacingExitAndOomReapTearDownOnceAndCountEachPageOnce) {
     const std::optional<decision> sharer_exit = sharer->exit();
     exiting.join();
     EXPECT_NE(victim_exit.has_value(), sharer_exit.has_value()) << "exactly one of the two exits is the last";
-    EXPECT_EQ(victim_exit ? victim_exit : sharer_exit, decision::sync_ineligible);
+    EXPECT_EQ(victim_exit ? victim_exit : sharer_exit, decision::inline_ineligible);
     kernel.flush_oom_reaper();
 
     EXPECT_EQ(mm->teardowns.load(), 1u);
@@ -403,7 +403,7 @@ TEST_P(OomReapRaceTest, TheOomReaperWalksFromTheEndTheKnobNames) {
   EXPECT_EQ(wrong, 0u) << "of " << samples << " samples";
   EXPECT_EQ(walk_of(*mm).chunks, 8192u);
   kernel.flush_oom_reaper();
-  EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+  EXPECT_EQ(victim->exit(), decision::inline_ineligible);
 }
 
 // From the other end the two sides meet once: the exit path released exactly the chunks below
@@ -414,7 +414,7 @@ TEST_F(OomReaperTest, FromTheOtherEndTheSidesSplitTheMmAtOneMeetingPoint) {
     auto victim = kernel.spawn(std::uint64_t{1} << 20);  // simulated: 2048 chunks
     grabbed mm(victim->mm());
     kernel.oom_kill(*victim);
-    EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+    EXPECT_EQ(victim->exit(), decision::inline_ineligible);
     kernel.flush_oom_reaper();
     const chunk_walk walk = walk_of(*mm);
     const std::uint64_t meet = walk.reaped_lo == walk.reaped_hi ? walk.chunks : walk.reaped_lo;
@@ -440,7 +440,7 @@ TEST_F(OomReaperTest, DestroyingTheSystemWithAPendingOomReapFinishesItAndDropsIt
       auto victim = kernel.spawn(pages_of(std::size_t{2} << 20), i % 2 == 0 ? backing::real : backing::simulated);
       mms.push_back(std::make_unique<grabbed>(victim->mm()));
       kernel.oom_kill(*victim);
-      EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+      EXPECT_EQ(victim->exit(), decision::inline_ineligible);
     }
     EXPECT_EQ(kernel.stats().oom_reap.reaped, 0u) << "still pending";
   }
@@ -517,7 +517,7 @@ TEST_F(ThawOnUrgencyTest, OomKillAndDrainReleaseMemoryWhileTheMmReaperIsFrozen) 
   grabbed mm(victim->mm());
   EXPECT_EQ(kernel.oom_kill(*victim), 2u);
   EXPECT_EQ(victim->exit(), std::nullopt);
-  EXPECT_EQ(sharer->exit(), decision::sync_ineligible);
+  EXPECT_EQ(sharer->exit(), decision::inline_ineligible);
   const teardown::drain_result drained = kernel.drain(thresh * 40);
   kernel.flush_oom_reaper();
 

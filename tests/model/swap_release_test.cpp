@@ -167,7 +167,7 @@ TEST_F(SwapReleaseTest, SwapSpaceCountsASecondFreeInsteadOfWrapping) {
 TEST_F(SwapReleaseTest, ExitingTaskHandsItsEntriesToTheWorkerInPageSizedBatches) {
   mm_system kernel(with_swap(1));
   auto task = swapped_task(kernel, 3000);
-  EXPECT_EQ(task->exit(), decision::sync_disabled);
+  EXPECT_EQ(task->exit(), decision::inline_disabled);
   kernel.flush();
   const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.batches, 3u) << "1016 + 1016 + 968";
@@ -210,7 +210,7 @@ TEST_F(SwapReleaseTest, AnExitOverlappingAnotherHandsItsEntriesToTheWorker) {
   while (blocked_mm.aio.exit_calls() == 0) std::this_thread::yield();  // in exit_aio: in flight
 
   auto task = swapped_task(kernel, 2000);
-  EXPECT_EQ(task->exit(), decision::sync_ineligible);
+  EXPECT_EQ(task->exit(), decision::inline_ineligible);
   blocked_mm.aio.complete();
   exiting.join();
   kernel.flush();

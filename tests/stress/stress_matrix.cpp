@@ -342,10 +342,10 @@ row backpressure(const run_mode& mode) {
     s.check(count(ds, decision::queued) >= 1 && count(ds, decision::queued) <= 2,
             "round " + std::to_string(round) + ": " + std::to_string(count(ds, decision::queued)) +
                 " queued, expected 1..2 (the cap fits two)");
-    s.check(count(ds, decision::queued) + count(ds, decision::sync_rejected) == 8,
+    s.check(count(ds, decision::queued) + count(ds, decision::inline_rejected) == 8,
             "an exit was neither queued nor rejected");
     queued += count(ds, decision::queued);
-    rejected += count(ds, decision::sync_rejected);
+    rejected += count(ds, decision::inline_rejected);
     s.kernel().thaw();
     s.kernel().flush();
   }
@@ -377,7 +377,7 @@ row oom_kill_during_backlog(const run_mode& mode) {
       threads.emplace_back([&s, &victims_synced, t] {
         while (!t->killed()) std::this_thread::yield();  // a pending SIGKILL makes the task exit
         if (auto d = s.exit(*t)) {
-          s.check(*d == decision::sync_ineligible, "an OOM victim's final exit was not synchronous");
+          s.check(*d == decision::inline_ineligible, "an OOM victim's final exit was not synchronous");
           victims_synced.fetch_add(1);
         }
       });
@@ -419,7 +419,7 @@ row oom_targeted_probes(const run_mode& mode) {
     } else {
       s.kernel().mark_oom_victim(*victim);  // the task_will_free_mem fast path
     }
-    s.check(s.exit(*victim) == decision::sync_ineligible, "a marked victim was not synchronous");
+    s.check(s.exit(*victim) == decision::inline_ineligible, "a marked victim was not synchronous");
     s.check(!recorder.was_queued(id), "a marked victim was queued");
     ++probes;
 
@@ -432,7 +432,7 @@ row oom_targeted_probes(const run_mode& mode) {
     pair.push_back(std::move(second));
     if (i % 3 == 0) std::swap(pair[0], pair[1]);
     const std::vector<decision> ds = exit_in_parallel(s, pair);
-    s.check(ds.size() == 1 && ds[0] == decision::sync_ineligible, "a CLONE_VM pair's final exit was not synchronous");
+    s.check(ds.size() == 1 && ds[0] == decision::inline_ineligible, "a CLONE_VM pair's final exit was not synchronous");
     s.check(!recorder.was_queued(pair_id), "a CLONE_VM pair produced a queue event");
     ++pair_probes;
   }
@@ -451,7 +451,7 @@ row toggle_mid_drain(const run_mode& mode) {
   std::size_t disabled = 0;
   for (int i = 0; i < 8; ++i) {
     task_ptr<System> t = s.spawn(gib_pages(0.5));
-    disabled += s.exit(*t) == decision::sync_disabled;
+    disabled += s.exit(*t) == decision::inline_disabled;
   }
   s.kernel().flush();
   s.check(s.kernel().vmstat().reaped == 16, "the backlog did not drain after the toggle went off");
@@ -568,7 +568,7 @@ row shutdown_with_backlog(const run_mode& mode) {
   s.kernel().stop();
   s.check(s.kernel().vmstat().reaped == 16, "shutdown left part of the backlog");
   task_ptr<System> after = s.spawn(gib_pages(0.5));
-  s.check(s.exit(*after) == decision::sync_stopped, "an exit after shutdown was not sync_stopped");
+  s.check(s.exit(*after) == decision::inline_stopped, "an exit after shutdown was not sync_stopped");
   s.detail("16 x 0.5 GiB backlog torn down by shutdown (frozen reaper); a later exit sync");
   return s.finish();
 }
@@ -591,13 +591,13 @@ row kill_storm_gate(const run_mode& mode) {
   for (std::size_t i = 0; i < storm; ++i) tasks.push_back(s.spawn(size));
   const std::vector<decision> ds = exit_storm_held_by_aio(s, tasks);
   const std::size_t queued = count(ds, decision::queued);
-  const std::size_t uncontended = count(ds, decision::sync_uncontended);
+  const std::size_t uncontended = count(ds, decision::inline_uncontended);
   s.check(queued + uncontended == storm, "a storm exit was neither queued nor uncontended");
   s.check(uncontended <= gate - 1, std::to_string(uncontended) + " storm exits uncontended, expected at most 3");
   s.check(queued > 0, "the storm queued nothing");
   s.kernel().flush();
   task_ptr<System> lone = s.spawn(size);
-  s.check(s.exit(*lone) == decision::sync_uncontended, "a lone exit after the storm was not sync_uncontended");
+  s.check(s.exit(*lone) == decision::inline_uncontended, "a lone exit after the storm was not sync_uncontended");
   const vmstat v = s.kernel().vmstat();
   s.check(v.uncontended == uncontended + 1, "vmstat uncontended does not match the decisions");
   s.check(v.uncontended <= v.sync, "uncontended > sync");
@@ -640,7 +640,7 @@ row swap_batch_storm(const run_mode& mode) {
     swapped += s.kernel().swap_out(*tasks.back()->mm(), 3500 + 97 * i);  // 3 to 4 batches each
   }
   const std::vector<decision> ds = exit_storm_held_by_aio(s, tasks);
-  s.check(ds.size() == storm && count(ds, decision::sync_disabled) == storm,
+  s.check(ds.size() == storm && count(ds, decision::inline_disabled) == storm,
           "a storm exit did not tear down on its own thread");
   s.kernel().flush();
   const swap_release_stats storm_stats = s.kernel().stats().swap;
@@ -682,7 +682,7 @@ row oom_kill_while_frozen(const run_mode& mode) {
   mm_struct* mm = victim->mm();          // held by the scenario (mmgrab) until it ends
   s.check(s.kernel().oom_kill(*victim) == 2, "the kill did not sweep the owner too");
   s.check(!s.exit(*victim).has_value(), "the victim's exit was the last");
-  s.check(s.exit(*owner) == decision::sync_ineligible, "the last exit of an OOM-killed mm was not synchronous");
+  s.check(s.exit(*owner) == decision::inline_ineligible, "the last exit of an OOM-killed mm was not synchronous");
   const teardown::drain_result drained = s.kernel().drain(gib_pages(2));
   s.kernel().flush_oom_reaper();
   // Before the thaw: the victim's memory and the drained part of the backlog are back.
@@ -721,7 +721,7 @@ row oom_reaper_race(const run_mode& mode) {
       for (typename System::task* t : {first.get(), second.get()}) {
         exits.emplace_back([&s, t] {
           while (!t->killed()) std::this_thread::yield();
-          if (auto d = s.exit(*t)) s.check(*d == decision::sync_ineligible, "a killed pair's last exit was not sync");
+          if (auto d = s.exit(*t)) s.check(*d == decision::inline_ineligible, "a killed pair's last exit was not sync");
         });
       }
       s.check(s.kernel().oom_kill(i % 2 == 0 ? *first : *second) == 2, "the kill did not sweep both sharers");

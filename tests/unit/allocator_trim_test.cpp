@@ -100,8 +100,8 @@ TEST_F(AllocatorTrimTest, BadOptionsAreRefusedNamingTheField) {
 
 using buffer = std::vector<char>;
 
-teardown::async_teardown_options trimming_options(const char* name) {
-  teardown::async_teardown_options opts = teardown::deferred_domain::default_options();
+teardown::deferred_domain_options trimming_options(const char* name) {
+  teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
   opts.reaper.name = name;
   opts.trim = {.after = 1, .min_interval = 0ns, .trim = &trim_recorder::trim};
   return opts;
@@ -131,7 +131,7 @@ TEST_F(AllocatorTrimTest, ADomainTrimsOnItsReaperAfterABatchAndNeverOnADeletingT
   const std::vector<pid_t> calls = trim_recorder::calls();
   ASSERT_FALSE(calls.empty()) << "the reaper never trimmed after its batches";
   for (const pid_t caller : calls) EXPECT_EQ(caller, reaper.load()) << "a trim ran off the reaper";
-  EXPECT_EQ(domain.stats().trims, calls.size());
+  EXPECT_EQ(domain.stats().trim.trims, calls.size());
 }
 
 TEST_F(AllocatorTrimTest, NeitherADrainNorAnInlineDeleteAfterShutdownTrims) {
@@ -140,10 +140,10 @@ TEST_F(AllocatorTrimTest, NeitherADrainNorAnInlineDeleteAfterShutdownTrims) {
   for (int i = 0; i < 8; ++i) teardown::deferred_deleter<buffer>{domain}(new buffer(std::size_t{1} << 20));
   EXPECT_EQ(domain.drain(std::uint64_t{1} << 40).items, 8u) << "the drain frees them on this thread";
   domain.thaw();
-  domain.shutdown();
+  domain.stop();
   teardown::deferred_deleter<buffer>{domain}(new buffer(std::size_t{1} << 20));  // inline now
   EXPECT_TRUE(trim_recorder::calls().empty()) << "a trim ran on the deleting thread";
-  EXPECT_EQ(domain.stats().trims, 0u);
+  EXPECT_EQ(domain.stats().trim.trims, 0u);
 }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -162,7 +162,7 @@ TEST_F(AllocatorTrimTest, TheSystemTrimGivesAFragmentedHeapsFreePagesBack) {
 #elif !defined(__GLIBC__)
   GTEST_SKIP() << "no glibc: the default trim does nothing";
 #else
-  teardown::async_teardown_options opts = teardown::deferred_domain::default_options();
+  teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
   opts.reaper.name = "trim_real";
   opts.threshold = 1;  // every block is queued
   opts.trim = {.after = 1, .min_interval = 0ns};
@@ -180,10 +180,10 @@ TEST_F(AllocatorTrimTest, TheSystemTrimGivesAFragmentedHeapsFreePagesBack) {
   domain.thaw();
   domain.flush();
   const auto give_up = std::chrono::steady_clock::now() + 30s;
-  while (domain.stats().trims == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+  while (domain.stats().trim.trims == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
   const teardown::deferred_stats s = domain.stats();
-  ASSERT_GE(s.trims, 1u);
-  EXPECT_GT(s.trimmed_bytes, std::uint64_t{16} << 20)
+  ASSERT_GE(s.trim.trims, 1u);
+  EXPECT_GT(s.trim.trimmed_bytes, std::uint64_t{16} << 20)
       << "the resident set dropped by less than a quarter of the 64 MiB freed";
 #endif
 }

@@ -123,12 +123,12 @@ static_assert(!switchable<compiled_out_async>, "a const_key cannot be switched o
 static_assert(noexcept(std::declval<const item_async&>().stats()));
 
 static_assert(std::string_view(teardown::to_string(decision::queued)) == "queued");
-static_assert(std::string_view(teardown::to_string(decision::sync_disabled)) == "disabled");
-static_assert(std::string_view(teardown::to_string(decision::sync_ineligible)) == "ineligible");
-static_assert(std::string_view(teardown::to_string(decision::sync_rejected)) == "rejected");
-static_assert(std::string_view(teardown::to_string(decision::sync_stalled)) == "stalled");
-static_assert(std::string_view(teardown::to_string(decision::sync_stopped)) == "stopped");
-static_assert(std::string_view(teardown::to_string(decision::sync_no_memory)) == "no_memory");
+static_assert(std::string_view(teardown::to_string(decision::inline_disabled)) == "disabled");
+static_assert(std::string_view(teardown::to_string(decision::inline_ineligible)) == "ineligible");
+static_assert(std::string_view(teardown::to_string(decision::inline_rejected)) == "rejected");
+static_assert(std::string_view(teardown::to_string(decision::inline_stalled)) == "stalled");
+static_assert(std::string_view(teardown::to_string(decision::inline_stopped)) == "stopped");
+static_assert(std::string_view(teardown::to_string(decision::inline_no_memory)) == "no_memory");
 
 std::vector<item> make_items(std::initializer_list<std::uint64_t> sizes) {
   std::vector<item> items(sizes.size());
@@ -250,7 +250,7 @@ TEST_F(AsyncTeardownTest, QueuesAnEligibleItemThatFitsAndTheReaperDestroysItOnce
   EXPECT_EQ(items[0].charge, 100u) << "the charge is memoised in the item";
   const teardown::async_teardown_stats s = async.stats();
   EXPECT_EQ(s.queued, 1u);
-  EXPECT_EQ(s.sync, 0u);
+  EXPECT_EQ(s.inline_total, 0u);
   EXPECT_EQ(s.reaped, 1u);
   EXPECT_EQ(s.pending, 0u);
   EXPECT_EQ(s.high_water, 100u);
@@ -274,7 +274,7 @@ TEST_F(AsyncTeardownTest, QueuedItemWaitsBehindAFrozenReaperAndIsChargedUntilDes
 TEST_F(AsyncTeardownTest, DisabledTearsDownInlineWithoutReadingTheCost) {
   auto items = make_items({100});
   item_async async({.enabled = false}, traits());
-  EXPECT_EQ(async.put(items[0]), decision::sync_disabled);
+  EXPECT_EQ(async.put(items[0]), decision::inline_disabled);
   EXPECT_EQ(log().cost_reads.load(), 0) << "the disabled path reads nothing";
   EXPECT_EQ(log().eligible_calls.load(), 0);
   EXPECT_EQ(items[0].prepared.load(), 0);
@@ -282,9 +282,9 @@ TEST_F(AsyncTeardownTest, DisabledTearsDownInlineWithoutReadingTheCost) {
   EXPECT_EQ(items[0].destroyed_on, std::this_thread::get_id());
   EXPECT_EQ(items[0].charge, unset_charge);
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.sync, 1u);
+  EXPECT_EQ(s.inline_total, 1u);
   EXPECT_EQ(s.queued, 0u);
-  EXPECT_EQ(s.rejected, 0u);
+  EXPECT_EQ(s.inline_rejected, 0u);
   EXPECT_EQ(s.pending, 0u);
 }
 
@@ -292,18 +292,18 @@ TEST_F(AsyncTeardownTest, EnableDisableAndSetEnabledSwitchBetweenQueuingAndInlin
   auto items = make_items({10, 10, 10, 10, 10});
   item_async async({.enabled = false}, traits());
   EXPECT_FALSE(async.enabled());
-  EXPECT_EQ(async.put(items[0]), decision::sync_disabled);
+  EXPECT_EQ(async.put(items[0]), decision::inline_disabled);
   async.enable();
   EXPECT_TRUE(async.enabled());
   EXPECT_EQ(async.put(items[1]), decision::queued);
   async.disable();
   EXPECT_FALSE(async.enabled());
-  EXPECT_EQ(async.put(items[2]), decision::sync_disabled);
+  EXPECT_EQ(async.put(items[2]), decision::inline_disabled);
   async.set_enabled(true);
   EXPECT_TRUE(async.enabled());
   EXPECT_EQ(async.put(items[3]), decision::queued);
   async.set_enabled(false);
-  EXPECT_EQ(async.put(items[4]), decision::sync_disabled);
+  EXPECT_EQ(async.put(items[4]), decision::inline_disabled);
   async.flush();
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
   EXPECT_EQ(log().cost_reads.load(), 2) << "only the two enabled puts read the cost";
@@ -314,11 +314,11 @@ TEST_F(AsyncTeardownTest, EnableDisableAndSetEnabledSwitchBetweenQueuingAndInlin
 TEST_F(AsyncTeardownTest, CostBelowTheThresholdIsTornDownInlineUnprepared) {
   auto items = make_items({99});
   item_async async({.threshold = 100}, traits());
-  EXPECT_EQ(async.put(items[0]), decision::sync_ineligible);
+  EXPECT_EQ(async.put(items[0]), decision::inline_ineligible);
   EXPECT_EQ(items[0].prepared.load(), 0);
   EXPECT_EQ(items[0].destroyed.load(), 1);
   EXPECT_EQ(items[0].destroyed_on, std::this_thread::get_id());
-  EXPECT_EQ(async.stats().sync, 1u);
+  EXPECT_EQ(async.stats().inline_total, 1u);
   EXPECT_EQ(async.stats().pending, 0u);
 }
 
@@ -334,7 +334,7 @@ TEST_F(AsyncTeardownTest, ItemTheTraitsCallIneligibleIsTornDownInlineUnprepared)
   auto items = make_items({100});
   items[0].eligible = false;
   item_async async({}, traits());
-  EXPECT_EQ(async.put(items[0]), decision::sync_ineligible);
+  EXPECT_EQ(async.put(items[0]), decision::inline_ineligible);
   EXPECT_EQ(log().eligible_calls.load(), 1);
   EXPECT_EQ(log().cost_seen_by_eligible.load(), 100u) << "eligible() is handed the cost read";
   EXPECT_EQ(items[0].prepared.load(), 0);
@@ -349,7 +349,7 @@ TEST_F(AsyncTeardownTest, SetThresholdChangesWhatIsEligible) {
   EXPECT_EQ(async.put(items[0]), decision::queued);
   async.set_threshold(51);
   EXPECT_EQ(async.threshold(), 51u);
-  EXPECT_EQ(async.put(items[1]), decision::sync_ineligible);
+  EXPECT_EQ(async.put(items[1]), decision::inline_ineligible);
   async.set_threshold(50);
   EXPECT_EQ(async.put(items[2]), decision::queued);
   async.flush();
@@ -361,9 +361,9 @@ TEST_F(AsyncTeardownTest, CostIsReadExactlyOncePerPut) {
   async.freeze();
   EXPECT_EQ(async.put(items[0]), decision::queued);
   EXPECT_EQ(log().cost_reads.load(), 1);
-  EXPECT_EQ(async.put(items[1]), decision::sync_rejected);
+  EXPECT_EQ(async.put(items[1]), decision::inline_rejected);
   EXPECT_EQ(log().cost_reads.load(), 2);
-  EXPECT_EQ(async.put(items[2]), decision::sync_ineligible);
+  EXPECT_EQ(async.put(items[2]), decision::inline_ineligible);
   EXPECT_EQ(log().cost_reads.load(), 3);
   async.thaw();
   async.flush();
@@ -377,15 +377,15 @@ TEST_F(AsyncTeardownTest, ChargeThatDoesNotFitIsRejectedAndTornDownInline) {
   item_async async({.max_pending = 100}, traits());
   async.freeze();
   EXPECT_EQ(async.put(items[0]), decision::queued);
-  EXPECT_EQ(async.put(items[1]), decision::sync_rejected);
+  EXPECT_EQ(async.put(items[1]), decision::inline_rejected);
   EXPECT_EQ(items[1].destroyed.load(), 1) << "torn down before put returned";
   EXPECT_EQ(items[1].destroyed_on, std::this_thread::get_id());
   EXPECT_EQ(items[1].charge, unset_charge);
   EXPECT_EQ(items[1].prepared.load(), 1) << "prepare runs before the reserve is tried";
   const teardown::async_teardown_stats s = async.stats();
   EXPECT_EQ(s.queued, 1u);
-  EXPECT_EQ(s.sync, 1u) << "a rejected item is counted in sync";
-  EXPECT_EQ(s.rejected, 1u) << "and in rejected";
+  EXPECT_EQ(s.inline_total, 1u) << "a rejected item is counted in sync";
+  EXPECT_EQ(s.inline_rejected, 1u) << "and in rejected";
   EXPECT_EQ(s.pending, 60u) << "the failed reserve took nothing";
   async.thaw();
   async.flush();
@@ -397,7 +397,7 @@ TEST_F(AsyncTeardownTest, ItemFitsAgainOnceTheReaperReleasedTheCharge) {
   item_async async({.max_pending = 100}, traits());
   async.freeze();
   EXPECT_EQ(async.put(items[0]), decision::queued);
-  EXPECT_EQ(async.put(items[1]), decision::sync_rejected);
+  EXPECT_EQ(async.put(items[1]), decision::inline_rejected);
   async.thaw();
   async.flush();
   EXPECT_EQ(async.put(items[2]), decision::queued);
@@ -408,9 +408,9 @@ TEST_F(AsyncTeardownTest, ItemFitsAgainOnceTheReaperReleasedTheCharge) {
 TEST_F(AsyncTeardownTest, ItemCostingMoreThanTheWholeCapIsRejected) {
   auto items = make_items({101});
   item_async async({.max_pending = 100}, traits());
-  EXPECT_EQ(async.put(items[0]), decision::sync_rejected);
+  EXPECT_EQ(async.put(items[0]), decision::inline_rejected);
   EXPECT_EQ(async.stats().pending, 0u);
-  EXPECT_EQ(async.stats().rejected, 1u);
+  EXPECT_EQ(async.stats().inline_rejected, 1u);
 }
 
 // --- sync_stalled ------------------------------------------------------------------------------
@@ -421,15 +421,15 @@ TEST_F(AsyncTeardownTest, StalledReaperMakesEligibleItemsTearDownInlineUnprepare
   async.freeze();
   ASSERT_EQ(async.put(items[0]), decision::queued) << "an empty queue is never stalled";
   ASSERT_TRUE(eventually([&] { return async.stalled(); }));  // the oldest item waits past the 1 ms threshold
-  EXPECT_EQ(async.put(items[1]), decision::sync_stalled);
+  EXPECT_EQ(async.put(items[1]), decision::inline_stalled);
   EXPECT_EQ(items[1].prepared.load(), 0);
   EXPECT_EQ(items[1].destroyed.load(), 1);
   EXPECT_EQ(items[1].destroyed_on, std::this_thread::get_id());
   EXPECT_EQ(items[1].charge, unset_charge);
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.stalled, 1u);
-  EXPECT_EQ(s.sync, 1u) << "stalled is a subset of sync";
-  EXPECT_EQ(s.rejected, 0u);
+  EXPECT_EQ(s.inline_stalled, 1u);
+  EXPECT_EQ(s.inline_total, 1u) << "stalled is a subset of sync";
+  EXPECT_EQ(s.inline_rejected, 0u);
   EXPECT_EQ(s.pending, 10u);
   async.thaw();
   async.flush();
@@ -444,7 +444,7 @@ TEST_F(AsyncTeardownTest, StalledReaperStillGetsItemsWhenSyncWhenStalledIsOff) {
   ASSERT_EQ(async.put(items[0]), decision::queued);
   ASSERT_TRUE(eventually([&] { return async.stalled(); }));
   EXPECT_EQ(async.put(items[1]), decision::queued);
-  EXPECT_EQ(async.stats().stalled, 0u);
+  EXPECT_EQ(async.stats().inline_stalled, 0u);
   async.thaw();
   async.flush();
   EXPECT_EQ(items[1].destroyed.load(), 1);
@@ -458,8 +458,8 @@ TEST_F(AsyncTeardownTest, StalledIsDecidedBeforeTheBudgetIsTried) {
   async.freeze();
   ASSERT_EQ(async.put(items[0]), decision::queued);
   ASSERT_TRUE(eventually([&] { return async.stalled(); }));
-  EXPECT_EQ(async.put(items[1]), decision::sync_stalled) << "it would not fit either";
-  EXPECT_EQ(async.stats().rejected, 0u);
+  EXPECT_EQ(async.put(items[1]), decision::inline_stalled) << "it would not fit either";
+  EXPECT_EQ(async.stats().inline_rejected, 0u);
   async.thaw();
 }
 
@@ -470,8 +470,8 @@ TEST_F(AsyncTeardownTest, IneligibleIsDecidedBeforeStalled) {
   async.freeze();
   ASSERT_EQ(async.put(items[0]), decision::queued);
   ASSERT_TRUE(eventually([&] { return async.stalled(); }));
-  EXPECT_EQ(async.put(items[1]), decision::sync_ineligible);
-  EXPECT_EQ(async.stats().stalled, 0u);
+  EXPECT_EQ(async.put(items[1]), decision::inline_ineligible);
+  EXPECT_EQ(async.stats().inline_stalled, 0u);
   async.thaw();
 }
 
@@ -480,23 +480,23 @@ TEST_F(AsyncTeardownTest, IneligibleIsDecidedBeforeStalled) {
 TEST_F(AsyncTeardownTest, PutAfterShutdownTearsDownInlineUnprepared) {
   auto items = make_items({10});
   item_async async({}, traits());
-  async.shutdown();
-  EXPECT_EQ(async.put(items[0]), decision::sync_stopped);
+  async.stop();
+  EXPECT_EQ(async.put(items[0]), decision::inline_stopped);
   EXPECT_EQ(items[0].prepared.load(), 0);
   EXPECT_EQ(items[0].destroyed.load(), 1);
   EXPECT_EQ(items[0].destroyed_on, std::this_thread::get_id());
-  EXPECT_EQ(async.stats().sync, 1u);
+  EXPECT_EQ(async.stats().inline_total, 1u);
   EXPECT_EQ(async.stats().pending, 0u);
-  EXPECT_FALSE(async.reaper_statistics().running);
+  EXPECT_FALSE(async.worker_stats().running);
 }
 
 TEST_F(AsyncTeardownTest, DisabledAndIneligibleAreDecidedBeforeStopped) {
   auto items = make_items({10, 5});
   item_async async({.threshold = 10}, traits());
-  async.shutdown();
-  EXPECT_EQ(async.put(items[1]), decision::sync_ineligible);
+  async.stop();
+  EXPECT_EQ(async.put(items[1]), decision::inline_ineligible);
   async.disable();
-  EXPECT_EQ(async.put(items[0]), decision::sync_disabled);
+  EXPECT_EQ(async.put(items[0]), decision::inline_disabled);
 }
 
 TEST_F(AsyncTeardownTest, ShutdownTearsDownWhatIsQueuedEvenWhileFrozenAndIsIdempotent) {
@@ -504,11 +504,11 @@ TEST_F(AsyncTeardownTest, ShutdownTearsDownWhatIsQueuedEvenWhileFrozenAndIsIdemp
   item_async async({}, traits());
   async.freeze();
   for (item& i : items) EXPECT_EQ(async.put(i), decision::queued);
-  async.shutdown();
+  async.stop();
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
   EXPECT_EQ(async.stats().pending, 0u);
   EXPECT_EQ(async.stats().reaped, 3u);
-  async.shutdown();
+  async.stop();
   async.flush();  // returns at once
   EXPECT_EQ(async.stats().reaped, 3u);
 }
@@ -525,10 +525,12 @@ TEST_F(AsyncTeardownTest, DestructorTearsDownWhatIsQueued) {
 
 // --- sync_uncontended: the concurrency gate ----------------------------------------------------
 
-static_assert(std::string_view(teardown::to_string(decision::sync_uncontended)) == "uncontended");
+static_assert(std::string_view(teardown::to_string(decision::inline_uncontended)) == "uncontended");
 // A new decision took the next free number: the values stored or logged before it kept theirs.
-static_assert(static_cast<int>(decision::sync_stopped) == 5 && static_cast<int>(decision::sync_no_memory) == 6 &&
-              static_cast<int>(decision::sync_uncontended) == 7);
+static_assert(std::string_view(teardown::to_string(decision::empty)) == "empty");
+static_assert(static_cast<int>(decision::empty) == 8);
+static_assert(static_cast<int>(decision::inline_stopped) == 5 && static_cast<int>(decision::inline_no_memory) == 6 &&
+              static_cast<int>(decision::inline_uncontended) == 7);
 
 TEST_F(AsyncTeardownTest, GateIsOffByDefaultAndALonePutIsQueuedAsBefore) {
   auto items = make_items({10});
@@ -538,23 +540,23 @@ TEST_F(AsyncTeardownTest, GateIsOffByDefaultAndALonePutIsQueuedAsBefore) {
   async.flush();
   const teardown::async_teardown_stats s = async.stats();
   EXPECT_EQ(s.queued, 1u);
-  EXPECT_EQ(s.uncontended, 0u);
+  EXPECT_EQ(s.inline_uncontended, 0u);
 }
 
 TEST_F(AsyncTeardownTest, LonePutUnderTheGateIsTornDownInlineUnpreparedAndUncharged) {
   auto items = make_items({100});
   const trace_recording recording;
   item_async async({.min_concurrent = 2}, traits());
-  EXPECT_EQ(async.put(items[0]), decision::sync_uncontended);
+  EXPECT_EQ(async.put(items[0]), decision::inline_uncontended);
   EXPECT_EQ(items[0].prepared.load(), 0) << "the gate is decided before prepare";
   EXPECT_EQ(items[0].destroyed.load(), 1) << "torn down before put returned";
   EXPECT_EQ(items[0].destroyed_on, std::this_thread::get_id());
   EXPECT_EQ(items[0].charge, unset_charge);
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.sync, 1u);
-  EXPECT_EQ(s.uncontended, 1u) << "a subset of sync";
+  EXPECT_EQ(s.inline_total, 1u);
+  EXPECT_EQ(s.inline_uncontended, 1u) << "a subset of sync";
   EXPECT_EQ(s.queued, 0u);
-  EXPECT_EQ(s.rejected, 0u);
+  EXPECT_EQ(s.inline_rejected, 0u);
   EXPECT_EQ(s.pending, 0u);
   EXPECT_EQ(s.high_water, 0u) << "and before the reserve: the budget was never touched";
   const std::lock_guard lock(traced().mutex);
@@ -568,13 +570,13 @@ TEST_F(AsyncTeardownTest, DisabledAndIneligibleAreDecidedBeforeUncontended) {
   auto items = make_items({100, 5, 100});
   items[2].eligible = false;
   item_async async({.enabled = false, .threshold = 10, .min_concurrent = 2}, traits());
-  EXPECT_EQ(async.put(items[0]), decision::sync_disabled);
+  EXPECT_EQ(async.put(items[0]), decision::inline_disabled);
   EXPECT_EQ(log().cost_reads.load(), 0) << "the disabled path still reads nothing";
   async.enable();
-  EXPECT_EQ(async.put(items[1]), decision::sync_ineligible) << "below the threshold";
-  EXPECT_EQ(async.put(items[2]), decision::sync_ineligible) << "refused by the traits";
-  EXPECT_EQ(async.stats().uncontended, 0u);
-  EXPECT_EQ(async.stats().sync, 3u);
+  EXPECT_EQ(async.put(items[1]), decision::inline_ineligible) << "below the threshold";
+  EXPECT_EQ(async.put(items[2]), decision::inline_ineligible) << "refused by the traits";
+  EXPECT_EQ(async.stats().inline_uncontended, 0u);
+  EXPECT_EQ(async.stats().inline_total, 3u);
 }
 
 // The gate is a policy, like the threshold: stalled and stopped count only items that would
@@ -586,15 +588,15 @@ TEST_F(AsyncTeardownTest, UncontendedIsDecidedBeforeStalledAndStopped) {
   ASSERT_EQ(async.put(items[0]), decision::queued);
   ASSERT_TRUE(eventually([&] { return async.stalled(); }));
   async.set_min_concurrent(2);
-  EXPECT_EQ(async.put(items[1]), decision::sync_uncontended);
-  EXPECT_EQ(async.stats().stalled, 0u);
+  EXPECT_EQ(async.put(items[1]), decision::inline_uncontended);
+  EXPECT_EQ(async.stats().inline_stalled, 0u);
   async.thaw();
-  async.shutdown();
-  EXPECT_EQ(async.put(items[2]), decision::sync_uncontended);
+  async.stop();
+  EXPECT_EQ(async.put(items[2]), decision::inline_uncontended);
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.uncontended, 2u);
-  EXPECT_EQ(s.stalled, 0u);
-  EXPECT_EQ(s.sync, 2u);
+  EXPECT_EQ(s.inline_uncontended, 2u);
+  EXPECT_EQ(s.inline_stalled, 0u);
+  EXPECT_EQ(s.inline_total, 2u);
 }
 
 TEST_F(AsyncTeardownTest, SetMinConcurrentSwitchesTheGateAtRunTime) {
@@ -602,12 +604,12 @@ TEST_F(AsyncTeardownTest, SetMinConcurrentSwitchesTheGateAtRunTime) {
   item_async async({}, traits());
   async.set_min_concurrent(2);
   EXPECT_EQ(async.min_concurrent(), 2u);
-  EXPECT_EQ(async.put(items[0]), decision::sync_uncontended);
+  EXPECT_EQ(async.put(items[0]), decision::inline_uncontended);
   async.set_min_concurrent(1);
   EXPECT_EQ(async.min_concurrent(), 1u);
   EXPECT_EQ(async.put(items[1]), decision::queued);
   async.set_min_concurrent(3);
-  EXPECT_EQ(async.put(items[2]), decision::sync_uncontended);
+  EXPECT_EQ(async.put(items[2]), decision::inline_uncontended);
   async.flush();
 }
 
@@ -628,8 +630,8 @@ TEST_F(AsyncTeardownTest, CompiledOutKeepsMinConcurrentButPutStaysInline) {
   compiled_out_async async({.min_concurrent = 2}, traits());
   EXPECT_EQ(async.min_concurrent(), 2u);
   EXPECT_THROW(async.set_min_concurrent(0), std::invalid_argument);
-  EXPECT_EQ(async.put(items[0]), decision::sync_disabled);
-  EXPECT_EQ(async.stats().uncontended, 0u);
+  EXPECT_EQ(async.put(items[0]), decision::inline_disabled);
+  EXPECT_EQ(async.stats().inline_uncontended, 0u);
 }
 
 // The in-flight count is undone on every return, a throwing inline teardown included: a lone
@@ -639,9 +641,9 @@ TEST_F(AsyncTeardownTest, ThrowingInlineTeardownUnderTheGateLeavesNothingInFligh
   items[0].on_destroy = [](item&) { throw std::runtime_error("destroy failed"); };
   item_async async({.min_concurrent = 2}, traits());
   EXPECT_THROW((void)async.put(items[0]), std::runtime_error);
-  EXPECT_EQ(async.put(items[1]), decision::sync_uncontended);
-  EXPECT_EQ(async.put(items[2]), decision::sync_uncontended);
-  EXPECT_EQ(async.stats().uncontended, 3u) << "counted before destroy threw";
+  EXPECT_EQ(async.put(items[1]), decision::inline_uncontended);
+  EXPECT_EQ(async.put(items[2]), decision::inline_uncontended);
+  EXPECT_EQ(async.stats().inline_uncontended, 3u) << "counted before destroy threw";
 }
 
 // Traits whose eligible() holds each put until `overlap` puts have entered: every one of them
@@ -683,9 +685,9 @@ std::vector<decision> overlapping_puts(traits_log& log, std::ptrdiff_t overlap, 
   async.flush();
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.queued + s.sync, items.size());
-  EXPECT_EQ(s.uncontended, static_cast<std::uint64_t>(std::count(decisions.begin(), decisions.end(),
-                                                                  decision::sync_uncontended)));
+  EXPECT_EQ(s.queued + s.inline_total, items.size());
+  EXPECT_EQ(s.inline_uncontended, static_cast<std::uint64_t>(std::count(decisions.begin(), decisions.end(),
+                                                                  decision::inline_uncontended)));
   return decisions;
 }
 
@@ -700,7 +702,7 @@ TEST_F(AsyncTeardownTest, PutsOverlappingAtLeastMinConcurrentAreQueued) {
 
 TEST_F(AsyncTeardownTest, PutsOverlappingFewerThanMinConcurrentAreTornDownInline) {
   const std::vector<decision> decisions = overlapping_puts(log(), 4, 5);
-  EXPECT_EQ(std::count(decisions.begin(), decisions.end(), decision::sync_uncontended), 4);
+  EXPECT_EQ(std::count(decisions.begin(), decisions.end(), decision::inline_uncontended), 4);
 }
 
 // --- prepare -----------------------------------------------------------------------------------
@@ -742,7 +744,7 @@ TEST_F(AsyncTeardownTest, PrepareThatThrowsPropagatesAndLeavesTheItemUntouched) 
   EXPECT_EQ(items[0].charge, unset_charge);
   teardown::async_teardown_stats s = async.stats();
   EXPECT_EQ(s.queued, 0u);
-  EXPECT_EQ(s.sync, 0u);
+  EXPECT_EQ(s.inline_total, 0u);
   EXPECT_EQ(s.pending, 0u);
   fail = false;
   EXPECT_EQ(async.put(items[0]), decision::queued) << "the item can be put again";
@@ -826,7 +828,7 @@ TEST_F(AsyncTeardownTest, ThrowingDestroyInlinePropagatesFromPut) {
   async.enable();
   EXPECT_THROW((void)async.put(items[1]), std::runtime_error) << "ineligible";
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.sync, 2u) << "the decision was taken and counted before destroy threw";
+  EXPECT_EQ(s.inline_total, 2u) << "the decision was taken and counted before destroy threw";
   EXPECT_EQ(s.errors, 0u) << "errors counts the reaper's side only";
   EXPECT_EQ(s.pending, 0u);
 }
@@ -880,10 +882,10 @@ TEST_F(AsyncTeardownTest, AfterFlushQueuedPlusSyncIsPutsReapedIsQueuedAndNothing
   async.flush();
   const teardown::async_teardown_stats s = async.stats();
   EXPECT_EQ(s.queued, queued);
-  EXPECT_EQ(s.queued + s.sync, items.size());
+  EXPECT_EQ(s.queued + s.inline_total, items.size());
   EXPECT_EQ(s.reaped, s.queued);
-  EXPECT_LE(s.rejected, s.sync);
-  EXPECT_GE(s.rejected, 1u);
+  EXPECT_LE(s.inline_rejected, s.inline_total);
+  EXPECT_GE(s.inline_rejected, 1u);
   EXPECT_EQ(s.pending, 0u);
   EXPECT_EQ(s.cap, 100u);
   EXPECT_LE(s.high_water, 100u);
@@ -911,7 +913,7 @@ TEST_F(AsyncTeardownTest, LoweredMaxPendingRejectsWhatNoLongerFitsAndRaisedAdmit
   async.freeze();
   EXPECT_EQ(async.put(items[0]), decision::queued);
   async.set_max_pending(50);  // below what is pending
-  EXPECT_EQ(async.put(items[1]), decision::sync_rejected);
+  EXPECT_EQ(async.put(items[1]), decision::inline_rejected);
   async.set_max_pending(90);
   EXPECT_EQ(async.put(items[2]), decision::queued);
   EXPECT_EQ(async.stats().pending, 90u);
@@ -1049,7 +1051,7 @@ TEST_F(AsyncTeardownTest, PutChainQueuesEveryItemUnderOneChargeAndEachReleasesIt
   teardown::async_teardown_stats s = async.stats();
   EXPECT_EQ(s.queued, 3u);
   EXPECT_EQ(s.pending, 60u);
-  EXPECT_EQ(async.reaper_statistics().enqueued, 3u);
+  EXPECT_EQ(async.worker_stats().enqueued, 3u);
   async.thaw();
   async.flush();
   for (const item& i : items) {
@@ -1065,14 +1067,14 @@ TEST_F(AsyncTeardownTest, PutChainQueuesEveryItemUnderOneChargeAndEachReleasesIt
 TEST_F(AsyncTeardownTest, PutChainWhoseSumDoesNotFitIsRejectedWholeAndTornDownInline) {
   auto items = make_items({30, 30});
   item_async async({.max_pending = 50}, traits());
-  EXPECT_EQ(async.put_chain(chain_of(items)), decision::sync_rejected) << "each fits alone, the sum does not";
+  EXPECT_EQ(async.put_chain(chain_of(items)), decision::inline_rejected) << "each fits alone, the sum does not";
   for (const item& i : items) {
     EXPECT_EQ(i.destroyed.load(), 1);
     EXPECT_EQ(i.destroyed_on, std::this_thread::get_id());
   }
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.sync, 2u);
-  EXPECT_EQ(s.rejected, 2u);
+  EXPECT_EQ(s.inline_total, 2u);
+  EXPECT_EQ(s.inline_rejected, 2u);
   EXPECT_EQ(s.queued, 0u);
   EXPECT_EQ(s.pending, 0u);
 }
@@ -1082,18 +1084,18 @@ TEST_F(AsyncTeardownTest, PutChainAppliesTheThresholdToTheSum) {
   auto smaller = make_items({20, 20});
   item_async async({.threshold = 50}, traits());
   EXPECT_EQ(async.put_chain(chain_of(small)), decision::queued) << "60 >= 50, though each is below it";
-  EXPECT_EQ(async.put_chain(chain_of(smaller)), decision::sync_ineligible);
+  EXPECT_EQ(async.put_chain(chain_of(smaller)), decision::inline_ineligible);
   for (const item& i : smaller) EXPECT_EQ(i.prepared.load(), 0) << "inline items are not prepared";
   async.flush();
   EXPECT_EQ(async.stats().queued, 2u);
-  EXPECT_EQ(async.stats().sync, 2u);
+  EXPECT_EQ(async.stats().inline_total, 2u);
 }
 
 TEST_F(AsyncTeardownTest, OneIneligibleItemKeepsTheWholeChainInline) {
   auto items = make_items({10, 10, 10});
   items[1].eligible = false;
   item_async async({}, traits());
-  EXPECT_EQ(async.put_chain(chain_of(items)), decision::sync_ineligible);
+  EXPECT_EQ(async.put_chain(chain_of(items)), decision::inline_ineligible);
   for (const item& i : items) {
     EXPECT_EQ(i.destroyed.load(), 1);
     EXPECT_EQ(i.destroyed_on, std::this_thread::get_id());
@@ -1105,30 +1107,30 @@ TEST_F(AsyncTeardownTest, OneIneligibleItemKeepsTheWholeChainInline) {
 TEST_F(AsyncTeardownTest, PutChainWhileDisabledReadsNoCostAndTearsDownEveryItemInline) {
   auto items = make_items({10, 20});
   item_async async({.enabled = false}, traits());
-  EXPECT_EQ(async.put_chain(chain_of(items)), decision::sync_disabled);
+  EXPECT_EQ(async.put_chain(chain_of(items)), decision::inline_disabled);
   EXPECT_EQ(log().cost_reads.load(), 0);
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
-  EXPECT_EQ(async.stats().sync, 2u);
+  EXPECT_EQ(async.stats().inline_total, 2u);
 }
 
 TEST_F(AsyncTeardownTest, PutChainAfterShutdownAndUnderTheGateIsInlineForThatReason) {
   auto lone = make_items({10, 10});
   item_async gated({.min_concurrent = 2}, traits());
-  EXPECT_EQ(gated.put_chain(chain_of(lone)), decision::sync_uncontended) << "a chain is one put in flight";
-  EXPECT_EQ(gated.stats().uncontended, 2u);
+  EXPECT_EQ(gated.put_chain(chain_of(lone)), decision::inline_uncontended) << "a chain is one put in flight";
+  EXPECT_EQ(gated.stats().inline_uncontended, 2u);
 
   auto late = make_items({10, 10});
   item_async stopped({}, traits());
-  stopped.shutdown();
-  EXPECT_EQ(stopped.put_chain(chain_of(late)), decision::sync_stopped);
+  stopped.stop();
+  EXPECT_EQ(stopped.put_chain(chain_of(late)), decision::inline_stopped);
   for (const item& i : late) EXPECT_EQ(i.destroyed.load(), 1);
 }
 
 TEST_F(AsyncTeardownTest, EmptyChainIsANoOp) {
   item_async async({}, traits());
-  EXPECT_EQ(async.put_chain(item_chain{}), decision::sync_ineligible);
+  EXPECT_EQ(async.put_chain(item_chain{}), decision::empty) << "not inline_ineligible: nothing was torn down";
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.queued + s.sync, 0u);
+  EXPECT_EQ(s.queued + s.inline_total, 0u);
 }
 
 TEST_F(AsyncTeardownTest, PutChainWhosePrepareThrowsLeavesTheChainWithTheCaller) {
@@ -1140,7 +1142,7 @@ TEST_F(AsyncTeardownTest, PutChainWhosePrepareThrowsLeavesTheChainWithTheCaller)
   EXPECT_EQ(chain.size(), 3u) << "nothing taken from the caller's chain";
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 0);
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.queued + s.sync, 0u);
+  EXPECT_EQ(s.queued + s.inline_total, 0u);
   EXPECT_EQ(s.pending, 0u);
   EXPECT_EQ(unlink_all(chain), 3u);
 }
@@ -1174,7 +1176,7 @@ TEST_F(AsyncTeardownTest, DrainTakesTheItemsOfAQueuedChainOneByOne) {
 TEST_F(AsyncTeardownTest, CompiledOutPutChainDestroysEveryItemInline) {
   auto items = make_items({10, 20});
   compiled_out_async async({}, traits());
-  EXPECT_EQ(async.put_chain(chain_of(items)), decision::sync_disabled);
+  EXPECT_EQ(async.put_chain(chain_of(items)), decision::inline_disabled);
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
 }
 
@@ -1190,9 +1192,9 @@ TEST_F(AsyncTeardownTest, CompiledOutPutDestroysInlineAndStartsNoReaper) {
   const std::size_t threads_before = live_threads();
   compiled_out_async async({.threshold = 0, .max_pending = 1000}, traits());
   EXPECT_EQ(live_threads(), threads_before) << "no reaper thread";
-  EXPECT_FALSE(async.reaper_statistics().running);
+  EXPECT_FALSE(async.worker_stats().running);
   EXPECT_FALSE(async.enabled());
-  EXPECT_EQ(async.put(items[0]), decision::sync_disabled);
+  EXPECT_EQ(async.put(items[0]), decision::inline_disabled);
   EXPECT_EQ(items[0].destroyed.load(), 1);
   EXPECT_EQ(items[0].destroyed_on, std::this_thread::get_id());
   EXPECT_EQ(log().cost_reads.load(), 0);
@@ -1200,9 +1202,9 @@ TEST_F(AsyncTeardownTest, CompiledOutPutDestroysInlineAndStartsNoReaper) {
   EXPECT_EQ(items[0].charge, unset_charge);
   const teardown::async_teardown_stats s = async.stats();
   EXPECT_EQ(s.queued, 0u);
-  EXPECT_EQ(s.sync, 0u) << "no counters";
-  EXPECT_EQ(s.rejected, 0u);
-  EXPECT_EQ(s.stalled, 0u);
+  EXPECT_EQ(s.inline_total, 0u) << "no counters";
+  EXPECT_EQ(s.inline_rejected, 0u);
+  EXPECT_EQ(s.inline_stalled, 0u);
   EXPECT_EQ(s.reaped, 0u);
   EXPECT_EQ(s.drained, 0u);
   EXPECT_EQ(s.errors, 0u);
@@ -1218,7 +1220,7 @@ TEST_F(AsyncTeardownTest, CompiledOutControlCallsReturnAtOnce) {
   async.freeze();
   EXPECT_THROW(async.thaw(), std::logic_error);
   EXPECT_FALSE(async.stalled());
-  async.shutdown();
+  async.stop();
 }
 
 TEST_F(AsyncTeardownTest, CompiledOutPutEmitsNoTraceEvent) {
@@ -1284,16 +1286,16 @@ TEST_F(AsyncTeardownTest, SyncEventsCarryTheCostAndTheDecisionsName) {
   opts.max_pending = 100;
   opts.enabled = false;
   item_async async(std::move(opts), traits());
-  EXPECT_EQ(async.put(items[0]), decision::sync_disabled);
+  EXPECT_EQ(async.put(items[0]), decision::inline_disabled);
   async.enable();
-  EXPECT_EQ(async.put(items[1]), decision::sync_ineligible);
-  EXPECT_EQ(async.put(items[2]), decision::sync_rejected);
+  EXPECT_EQ(async.put(items[1]), decision::inline_ineligible);
+  EXPECT_EQ(async.put(items[2]), decision::inline_rejected);
   async.freeze();
   ASSERT_EQ(async.put(items[3]), decision::queued);
   ASSERT_TRUE(eventually([&] { return async.stalled(); }));
-  EXPECT_EQ(async.put(items[4]), decision::sync_stalled);
-  async.shutdown();
-  EXPECT_EQ(async.put(items[5]), decision::sync_stopped);
+  EXPECT_EQ(async.put(items[4]), decision::inline_stalled);
+  async.stop();
+  EXPECT_EQ(async.put(items[5]), decision::inline_stopped);
   const std::lock_guard lock(traced().mutex);
   ASSERT_EQ(traced().syncs.size(), 5u);
   const std::vector<std::pair<std::uint64_t, std::string>> expected = {
@@ -1315,7 +1317,7 @@ TEST_F(AsyncTeardownTest, RejectEventCarriesTheCostThePendingAndTheCap) {
   item_async async({.max_pending = 100}, traits());
   async.freeze();
   EXPECT_EQ(async.put(items[0]), decision::queued);
-  EXPECT_EQ(async.put(items[1]), decision::sync_rejected);
+  EXPECT_EQ(async.put(items[1]), decision::inline_rejected);
   {
     const std::lock_guard lock(traced().mutex);
     ASSERT_EQ(traced().rejects.size(), 1u);
@@ -1417,8 +1419,8 @@ TEST_F(AsyncTeardownStressTest, ProducersTogglesAndDrainsLoseNothingAndNeverOver
       highest_sampled_pending = std::max(highest_sampled_pending, s.pending);
       if (s.pending > cap + producers * max_cost) monitor_failure = "pending " + std::to_string(s.pending);
       if (s.high_water > cap) monitor_failure = "high water " + std::to_string(s.high_water);
-      if (s.rejected > s.sync) monitor_failure = "rejected > sync";
-      if (s.stalled > s.sync) monitor_failure = "stalled > sync";
+      if (s.inline_rejected > s.inline_total) monitor_failure = "rejected > sync";
+      if (s.inline_stalled > s.inline_total) monitor_failure = "stalled > sync";
       if (s.reaped > s.queued) monitor_failure = "reaped > queued";
       std::this_thread::yield();
     }
@@ -1432,7 +1434,7 @@ TEST_F(AsyncTeardownStressTest, ProducersTogglesAndDrainsLoseNothingAndNeverOver
   EXPECT_EQ(monitor_failure, "");
   const teardown::async_teardown_stats s = async.stats();
   EXPECT_EQ(s.queued, queued.load());
-  EXPECT_EQ(s.queued + s.sync, items.size());
+  EXPECT_EQ(s.queued + s.inline_total, items.size());
   EXPECT_EQ(s.reaped, s.queued);
   EXPECT_EQ(s.drained, drained);
   EXPECT_LE(s.drained, s.reaped);
@@ -1441,7 +1443,7 @@ TEST_F(AsyncTeardownStressTest, ProducersTogglesAndDrainsLoseNothingAndNeverOver
   const auto once = std::count_if(items.begin(), items.end(), [](const item& i) { return i.destroyed.load() == 1; });
   EXPECT_EQ(static_cast<std::size_t>(once), items.size());
   RecordProperty("queued", static_cast<int>(s.queued));
-  RecordProperty("rejected", static_cast<int>(s.rejected));
+  RecordProperty("rejected", static_cast<int>(s.inline_rejected));
   RecordProperty("drained", static_cast<int>(s.drained));
   RecordProperty("samples", static_cast<int>(samples));
   RecordProperty("highest_sampled_pending", static_cast<int>(highest_sampled_pending));
@@ -1479,8 +1481,8 @@ TEST_F(AsyncTeardownStressTest, ProducersRacingGateSwitchesLeaveNothingInFlight)
     go.arrive_and_wait();
     while (!done.load() && monitor_failure.empty()) {
       const teardown::async_teardown_stats s = async.stats();
-      if (s.uncontended > s.sync) monitor_failure = "uncontended > sync";
-      if (s.rejected > s.sync) monitor_failure = "rejected > sync";
+      if (s.inline_uncontended > s.inline_total) monitor_failure = "uncontended > sync";
+      if (s.inline_rejected > s.inline_total) monitor_failure = "rejected > sync";
       std::this_thread::yield();
     }
   });
@@ -1492,17 +1494,17 @@ TEST_F(AsyncTeardownStressTest, ProducersRacingGateSwitchesLeaveNothingInFlight)
 
   EXPECT_EQ(monitor_failure, "");
   async.set_min_concurrent(2);
-  EXPECT_EQ(async.put(lone), decision::sync_uncontended) << "a put left counted in flight";
+  EXPECT_EQ(async.put(lone), decision::inline_uncontended) << "a put left counted in flight";
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.queued + s.sync, items.size());
-  EXPECT_LE(s.uncontended, s.sync);
-  EXPECT_GE(s.uncontended, 1u);
+  EXPECT_EQ(s.queued + s.inline_total, items.size());
+  EXPECT_LE(s.inline_uncontended, s.inline_total);
+  EXPECT_GE(s.inline_uncontended, 1u);
   EXPECT_EQ(s.reaped, s.queued);
   EXPECT_EQ(s.pending, 0u);
   const auto once = std::count_if(items.begin(), items.end(), [](const item& i) { return i.destroyed.load() == 1; });
   EXPECT_EQ(static_cast<std::size_t>(once), items.size());
   RecordProperty("queued", static_cast<int>(s.queued));
-  RecordProperty("uncontended", static_cast<int>(s.uncontended));
+  RecordProperty("uncontended", static_cast<int>(s.inline_uncontended));
 }
 
 TEST_F(AsyncTeardownStressTest, ProducersRacingShutdownLoseNothing) {
@@ -1521,11 +1523,11 @@ TEST_F(AsyncTeardownStressTest, ProducersRacingShutdownLoseNothing) {
     });
   }
   while (started.load() < producers) std::this_thread::yield();
-  async.shutdown();  // the producers are a quarter through: the rest race the shutdown
+  async.stop();  // the producers are a quarter through: the rest race the stop
   for (std::thread& t : threads) t.join();
   async.flush();
   const teardown::async_teardown_stats s = async.stats();
-  EXPECT_EQ(s.queued + s.sync, items.size());
+  EXPECT_EQ(s.queued + s.inline_total, items.size());
   EXPECT_EQ(s.reaped, s.queued);
   EXPECT_EQ(s.pending, 0u);
   const auto once = std::count_if(items.begin(), items.end(), [](const item& i) { return i.destroyed.load() == 1; });
@@ -1542,14 +1544,14 @@ TEST_F(AsyncTeardownTest, SharedBudgetCapsTwoCompositionsTogether) {
   first.freeze();
   second.freeze();
   EXPECT_EQ(first.put(items[0]), decision::queued);
-  EXPECT_EQ(second.put(items[1]), decision::sync_rejected)
+  EXPECT_EQ(second.put(items[1]), decision::inline_rejected)
       << "50 fits a cap of 100 on its own, but the other composition holds 60 of the shared 100";
   EXPECT_EQ(second.put(items[2]), decision::queued) << "40 fits what is left";
   EXPECT_EQ(shared->pending(), 100u);
   EXPECT_EQ(first.stats().pending, 100u) << "pending is the shared budget's: every sharer's charges";
   EXPECT_EQ(second.stats().pending, 100u);
-  EXPECT_EQ(second.stats().rejected, 1u);
-  EXPECT_EQ(first.stats().rejected, 0u) << "the decision counters stay each composition's own";
+  EXPECT_EQ(second.stats().inline_rejected, 1u);
+  EXPECT_EQ(first.stats().inline_rejected, 0u) << "the decision counters stay each composition's own";
   EXPECT_EQ(first.max_pending(), 100u);
   first.thaw();
   first.flush();
@@ -1597,7 +1599,7 @@ TEST_F(AsyncTeardownTest, SetMaxPendingOnASharedBudgetSetsTheSharedCap) {
   first.set_max_pending(50);
   EXPECT_EQ(shared->cap(), 50u);
   EXPECT_EQ(second.max_pending(), 50u) << "one cap for every sharer";
-  EXPECT_EQ(second.put(items[0]), decision::sync_rejected);
+  EXPECT_EQ(second.put(items[0]), decision::inline_rejected);
   EXPECT_THROW(second.set_max_pending(teardown::budget::max_cap + 1), std::invalid_argument);
   EXPECT_EQ(shared->cap(), 50u) << "a refused cap changes nothing";
 }
@@ -1632,7 +1634,7 @@ TEST_F(AsyncTeardownStressTest, TwoCompositionsOnASharedBudgetNeverOverAdmitToge
   second.flush();
   const teardown::async_teardown_stats a = first.stats();
   const teardown::async_teardown_stats b = second.stats();
-  EXPECT_EQ(a.queued + a.sync + b.queued + b.sync, items.size());
+  EXPECT_EQ(a.queued + a.inline_total + b.queued + b.inline_total, items.size());
   EXPECT_EQ(a.reaped, a.queued);
   EXPECT_EQ(b.reaped, b.queued);
   EXPECT_GT(a.queued + b.queued, 0u);
@@ -1647,43 +1649,6 @@ TEST_F(AsyncTeardownStressTest, TwoCompositionsOnASharedBudgetNeverOverAdmitToge
 
 namespace teardown_test {
 namespace {
-
-// --- An item put while still queued ------------------------------------------------------------
-
-TEST_F(AsyncTeardownTest, PutOfAnItemStillQueuedIsRefusedAndChangesNothing) {
-  auto items = make_items({100});
-  item_async async({}, traits());
-  async.freeze();  // the item stays queued
-  ASSERT_EQ(async.put(items[0]), decision::queued);
-  const teardown::async_teardown_stats before = async.stats();
-  const int cost_reads = log().cost_reads.load();
-  EXPECT_THROW(async.put(items[0]), std::invalid_argument);
-  const teardown::async_teardown_stats after = async.stats();
-  EXPECT_EQ(after.queued, before.queued);
-  EXPECT_EQ(after.sync, before.sync);
-  EXPECT_EQ(after.pending, before.pending) << "nothing charged";
-  EXPECT_EQ(log().cost_reads.load(), cost_reads) << "not even its cost was read";
-  EXPECT_EQ(items[0].prepared.load(), 1);
-  EXPECT_EQ(items[0].destroyed.load(), 0);
-  async.thaw();
-  async.flush();
-  EXPECT_EQ(items[0].destroyed.load(), 1);
-  EXPECT_EQ(async.stats().pending, 0u);
-}
-
-TEST_F(AsyncTeardownTest, PutOfAnItemOnACallersChainIsRefusedOnEveryPath) {
-  auto items = make_items({100});
-  teardown::llist_chain<item, &item::hook> chain;
-  chain.push_back(items[0]);
-  item_async disabled({.enabled = false}, traits());
-  EXPECT_THROW(disabled.put(items[0]), std::invalid_argument) << "not torn down inline either";
-  compiled_out_async compiled_out({}, traits());
-  EXPECT_THROW(compiled_out.put(items[0]), std::invalid_argument);
-  EXPECT_EQ(items[0].destroyed.load(), 0);
-  EXPECT_EQ(disabled.stats().sync, 0u);
-  EXPECT_EQ(disabled.put_chain(std::move(chain)), decision::sync_disabled);
-  EXPECT_EQ(items[0].destroyed.load(), 1);
-}
 
 // --- Constructors and options ------------------------------------------------------------------
 
@@ -1766,10 +1731,10 @@ TEST_F(AsyncTeardownTest, ShutdownForWithNothingBlockingTearsDownEverythingAndRe
   item_async async({}, traits());
   async.freeze();
   for (item& i : items) EXPECT_EQ(async.put(i), decision::queued);
-  EXPECT_TRUE(async.shutdown_for(30s));  // a liveness bound, not a time assertion
+  EXPECT_TRUE(async.stop_for(30s));  // a liveness bound, not a time assertion
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
   EXPECT_EQ(async.stats().pending, 0u);
-  EXPECT_FALSE(async.reaper_statistics().running);
+  EXPECT_FALSE(async.worker_stats().running);
 }
 
 // destroy blocks: shutdown_for gives up, what is left stays queued and charged, puts are inline
@@ -1787,14 +1752,14 @@ TEST_F(AsyncTeardownTest, ShutdownForReturnsFalseWhileDestroyBlocksAndLeavesTheR
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(async.put(items[i]), decision::queued);
   async.thaw();
   ASSERT_TRUE(eventually([&] { return started.load(); }));
-  EXPECT_FALSE(async.shutdown_for(20ms));
+  EXPECT_FALSE(async.stop_for(20ms));
   EXPECT_EQ(async.stats().pending, 60u) << "the charges of the three items: none released yet";
-  EXPECT_EQ(async.reaper_statistics().pending, 3u);
-  EXPECT_EQ(async.put(items[3]), decision::sync_stopped);
+  EXPECT_EQ(async.worker_stats().pending, 3u);
+  EXPECT_EQ(async.put(items[3]), decision::inline_stopped);
   EXPECT_EQ(items[3].destroyed.load(), 1);
   EXPECT_EQ(items[3].destroyed_on, std::this_thread::get_id());
   release.store(true);
-  async.shutdown();
+  async.stop();
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
   EXPECT_EQ(async.stats().pending, 0u);
   EXPECT_EQ(async.stats().reaped, 3u);
@@ -1802,7 +1767,7 @@ TEST_F(AsyncTeardownTest, ShutdownForReturnsFalseWhileDestroyBlocksAndLeavesTheR
 
 TEST_F(AsyncTeardownTest, ShutdownForOnACompiledOutCompositionReturnsTrue) {
   compiled_out_async async({}, traits());
-  EXPECT_TRUE(async.shutdown_for(0s));
+  EXPECT_TRUE(async.stop_for(0s));
 }
 
 // --- Destroying the composition from its own callback: a clear abort -------------------------
@@ -1843,6 +1808,110 @@ TEST_F(AsyncTeardownDeathTest, DestroyingTheCompositionFromDestroyInsideDrainAbo
         wait_for_the_abort();
       },
       "teardown::async_teardown::~async_teardown: destroyed from its own callback");
+}
+
+// --- The old names (one release, deprecated): same values ---------------------------------------
+
+struct reap_nothing {
+  void operator()(item&) const {}
+};
+static_assert(teardown::worker_control<item_async>);
+static_assert(teardown::worker_control<compiled_out_async>);
+static_assert(teardown::worker_control<teardown::reaper<item, &item::hook, reap_nothing>>);
+static_assert(teardown::worker_control<teardown::reaper_pool<item, &item::hook, reap_nothing>>);
+
+TEST_F(AsyncTeardownTest, CostBelowTheThresholdCountsInInlineSmall) {
+  auto items = make_items({99, 100});
+  item_async async({.threshold = 100}, traits());
+  EXPECT_EQ(async.put(items[0]), decision::inline_ineligible);
+  EXPECT_EQ(async.put(items[1]), decision::queued);
+  async.flush();
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.inline_small, 1u);
+  EXPECT_EQ(s.inline_total, 1u);
+  EXPECT_EQ(s.inline_no_memory, 0u) << "only deferred_domain allocates a node";
+}
+
+TEST_F(AsyncTeardownTest, OldNamesStillWorkWithTheSameValues) {
+  auto items = make_items({10, 100, 100, 100});
+  item_async async({.threshold = 50, .max_pending = 100, .reaper = {.name = "async_teardown", .nice = 19}}, traits());
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  static_assert(decision::sync_disabled == decision::inline_disabled);
+  static_assert(decision::sync_ineligible == decision::inline_ineligible);
+  static_assert(decision::sync_rejected == decision::inline_rejected);
+  static_assert(decision::sync_stalled == decision::inline_stalled);
+  static_assert(decision::sync_stopped == decision::inline_stopped);
+  static_assert(decision::sync_uncontended == decision::inline_uncontended);
+  static_assert(decision::sync_no_memory == decision::inline_no_memory);
+  EXPECT_STREQ(teardown::to_string(decision::sync_rejected), "rejected");
+  EXPECT_EQ(async.put(items[0]), decision::sync_ineligible);
+  async.freeze();
+  EXPECT_EQ(async.put(items[1]), decision::queued);
+  EXPECT_EQ(async.put(items[2]), decision::sync_rejected);
+  const teardown::async_teardown_stats s = async.stats();
+  EXPECT_EQ(s.sync, 2u);
+  EXPECT_EQ(s.sync, s.inline_total);
+  EXPECT_EQ(s.rejected, 1u);
+  EXPECT_EQ(s.rejected, s.inline_rejected);
+  EXPECT_EQ(s.stalled, s.inline_stalled);
+  EXPECT_EQ(s.uncontended, s.inline_uncontended);
+  EXPECT_EQ(async.worker_nice(), async.nice());
+  EXPECT_TRUE(async.set_worker_nice(18));
+  EXPECT_EQ(async.nice(), 18);
+  EXPECT_THROW((void)async.set_worker_nice(20), std::invalid_argument);
+  EXPECT_EQ(async.reaper_statistics().enqueued, async.worker_stats().enqueued);
+  async.thaw();
+  EXPECT_TRUE(async.shutdown_for(30s));  // a liveness bound, not a time assertion
+  async.shutdown();  // idempotent, as stop()
+  EXPECT_EQ(async.put(items[3]), decision::sync_stopped);
+  EXPECT_FALSE(async.reaper_statistics().running);
+#pragma GCC diagnostic pop
+  for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1) << "item " << i.id;
+}
+
+// --- An item put while still queued: the error rule's abort, as llist::add and reaper::enqueue ---
+
+TEST_F(AsyncTeardownDeathTest, PutOfAnItemStillQueuedAbortsWithAMessage) {
+  const auto put_twice = [this] {
+    static auto items = make_items({100});
+    static item_async async({}, traits());
+    async.freeze();  // the item stays queued
+    if (async.put(items[0]) != decision::queued) std::_Exit(0);
+    (void)async.put(items[0]);
+    std::_Exit(0);  // no abort: the death test reports "did not die"
+  };
+  EXPECT_DEATH(put_twice(),
+               "teardown::async_teardown::put: the item is already queued \\(element type teardown_test::");
+}
+
+TEST_F(AsyncTeardownDeathTest, PutOfAnItemOnACallersChainAbortsOnEveryPath) {
+  const auto put_chained = [this](auto& async) {
+    static auto items = make_items({100});
+    static teardown::llist_chain<item, &item::hook> chain;
+    chain.push_back(items[0]);
+    (void)async.put(items[0]);  // not torn down inline either
+    std::_Exit(0);
+  };
+  const auto disabled = [&] {
+    item_async async({.enabled = false}, traits());
+    put_chained(async);
+  };
+  const auto compiled_out = [&] {
+    compiled_out_async async({}, traits());
+    put_chained(async);
+  };
+  EXPECT_DEATH(disabled(), "teardown::async_teardown::put: the item is already queued");
+  EXPECT_DEATH(compiled_out(), "teardown::async_teardown::put: the item is already queued");
+}
+
+TEST_F(AsyncTeardownTest, AnItemOnACallersChainStillGoesThroughPutChain) {
+  auto items = make_items({100});
+  teardown::llist_chain<item, &item::hook> chain;
+  chain.push_back(items[0]);
+  item_async disabled({.enabled = false}, traits());
+  EXPECT_EQ(disabled.put_chain(std::move(chain)), decision::inline_disabled);
+  EXPECT_EQ(items[0].destroyed.load(), 1);
 }
 
 }  // namespace

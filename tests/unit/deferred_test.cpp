@@ -118,8 +118,8 @@ struct plain {
   ~plain() { log->record(); }
 };
 
-teardown::async_teardown_options test_options() {
-  teardown::async_teardown_options opts = deferred_domain::default_options();
+teardown::deferred_domain_options test_options() {
+  teardown::deferred_domain_options opts = deferred_domain::default_options();
   opts.reaper.name = reaper_name;
   opts.sync_when_stalled = false;  // a frozen reaper must not turn "queued" into "stalled" on a slow machine
   return opts;
@@ -165,8 +165,8 @@ TEST_F(DeferredTest, UniquePtrDestroysABigObjectOnceOnTheReaper) {
   const teardown::deferred_stats stats = domain.stats();
   EXPECT_EQ(stats.queued, 1u);
   EXPECT_EQ(stats.reaped, 1u);
-  EXPECT_EQ(stats.freed_inline, 0u);
-  EXPECT_EQ(stats.pending_bytes, 0u);
+  EXPECT_EQ(stats.inline_total, 0u);
+  EXPECT_EQ(stats.pending, 0u);
 }
 
 TEST_F(DeferredTest, UniquePtrDestroysASmallObjectInlineOnTheCaller) {
@@ -180,8 +180,8 @@ TEST_F(DeferredTest, UniquePtrDestroysASmallObjectInlineOnTheCaller) {
   domain.thaw();
   const teardown::deferred_stats stats = domain.stats();
   EXPECT_EQ(stats.queued, 0u);
-  EXPECT_EQ(stats.freed_inline, 1u);
-  EXPECT_EQ(stats.small, 1u);
+  EXPECT_EQ(stats.inline_total, 1u);
+  EXPECT_EQ(stats.inline_small, 1u);
 }
 
 TEST_F(DeferredTest, SharedPtrDestroysABigObjectOnceOnTheReaperWhenTheLastOwnerLetsGo) {
@@ -208,7 +208,7 @@ TEST_F(DeferredTest, SharedPtrDestroysASmallObjectInlineOnTheCaller) {
   object.reset();
   EXPECT_EQ(log.count(), 1);
   EXPECT_EQ(log.thread(), this_thread_name());
-  EXPECT_EQ(domain.stats().small, 1u);
+  EXPECT_EQ(domain.stats().inline_small, 1u);
 }
 
 TEST_F(DeferredTest, MakeDeferredUsesTheDefaultDomain) {
@@ -237,9 +237,9 @@ TEST_F(DeferredTest, NullPointerIsANoOp) {
   deferred_deleter<tracked>{domain}(nullptr);
   std::shared_ptr<tracked> empty(nullptr, deferred_deleter<tracked>{domain});
   empty.reset();
-  EXPECT_EQ(domain.delete_object(static_cast<tracked*>(nullptr)), decision::sync_ineligible);
+  EXPECT_EQ(domain.delete_object(static_cast<tracked*>(nullptr)), decision::inline_ineligible);
   const teardown::deferred_stats stats = domain.stats();
-  EXPECT_EQ(stats.queued + stats.freed_inline, 0u);
+  EXPECT_EQ(stats.queued + stats.inline_total, 0u);
 }
 
 // --- What an object costs ----------------------------------------------------------------------
@@ -253,7 +253,7 @@ TEST_F(DeferredTest, TeardownCostFoundByAdlDecides) {
   destruction_log measured, big_log, small_log;
   EXPECT_EQ(teardown::deferred_cost(tracked{&measured, 12345}), 12345u);
   EXPECT_EQ(domain.delete_object(new tracked{&big_log, mib}), decision::queued);
-  EXPECT_EQ(domain.delete_object(new tracked{&small_log, domain.threshold() - 1}), decision::sync_ineligible);
+  EXPECT_EQ(domain.delete_object(new tracked{&small_log, domain.threshold() - 1}), decision::inline_ineligible);
   EXPECT_EQ(small_log.count(), 1);
   domain.flush();
   EXPECT_EQ(big_log.count(), 1);
@@ -268,7 +268,7 @@ TEST_F(DeferredTest, DeleterCostFunctionComesBeforeTeardownCost) {
   object.reset();
   EXPECT_EQ(log.count(), 1);
   EXPECT_EQ(log.thread(), this_thread_name());
-  EXPECT_EQ(domain.stats().small, 1u);
+  EXPECT_EQ(domain.stats().inline_small, 1u);
 }
 
 TEST_F(DeferredTest, DeleterCostFunctionMakesAnObjectWithoutTeardownCostBig) {
@@ -278,7 +278,7 @@ TEST_F(DeferredTest, DeleterCostFunctionMakesAnObjectWithoutTeardownCostBig) {
   domain.freeze();
   object.reset();
   EXPECT_EQ(log.count(), 0);
-  EXPECT_EQ(domain.stats().pending_bytes, mib);
+  EXPECT_EQ(domain.stats().pending, mib);
   domain.thaw();
   domain.flush();
   EXPECT_EQ(log.count(), 1);
@@ -300,7 +300,7 @@ TEST_F(DeferredTest, WithoutACostFunctionAnObjectCostsItsSize) {
   EXPECT_EQ(teardown::deferred_cost(plain{&log}), sizeof(plain));
   EXPECT_EQ(teardown::deferred_cost(std::array<char, 100>{}), 100u);
   deferred_domain domain(test_options());
-  EXPECT_EQ(domain.delete_object(new plain{&log}), decision::sync_ineligible);
+  EXPECT_EQ(domain.delete_object(new plain{&log}), decision::inline_ineligible);
 }
 
 TEST_F(DeferredTest, ContainersCostTheirCapacityOrTheirElements) {
@@ -325,11 +325,11 @@ TEST_F(DeferredTest, ThrowingCostFunctionDeletesInlineAndCountsAnError) {
   const decision d = domain.delete_object(new plain{&log}, [](const plain&) -> std::uint64_t {
     throw std::runtime_error("cannot measure");
   });
-  EXPECT_EQ(d, decision::sync_ineligible);
+  EXPECT_EQ(d, decision::inline_ineligible);
   EXPECT_EQ(log.count(), 1);
   EXPECT_EQ(log.thread(), this_thread_name());
   EXPECT_EQ(domain.stats().errors, 1u);
-  EXPECT_EQ(domain.stats().freed_inline, 1u);
+  EXPECT_EQ(domain.stats().inline_total, 1u);
 }
 
 // --- The default domain ------------------------------------------------------------------------
@@ -370,7 +370,7 @@ TEST_F(DeferredTest, DefaultDeleterQueuesOnTheDefaultDomainAndFlushDrainsIt) {
 TEST_F(DeferredTest, DeferredDeleteSaysWhatItDid) {
   destruction_log big_log, small_log;
   EXPECT_EQ(teardown::deferred_delete(new tracked{&big_log, mib}), decision::queued);
-  EXPECT_EQ(teardown::deferred_delete(new tracked{&small_log, 1}), decision::sync_ineligible);
+  EXPECT_EQ(teardown::deferred_delete(new tracked{&small_log, 1}), decision::inline_ineligible);
   EXPECT_EQ(small_log.count(), 1);
   teardown::deferred::flush();
   EXPECT_EQ(big_log.count(), 1);
@@ -378,7 +378,7 @@ TEST_F(DeferredTest, DeferredDeleteSaysWhatItDid) {
 }
 
 TEST_F(DeferredTest, ExplicitDomainsKeepTheirOwnQueueAndStats) {
-  teardown::async_teardown_options other_options = test_options();
+  teardown::deferred_domain_options other_options = test_options();
   other_options.reaper.name = "other_domain";
   deferred_domain mine(test_options());
   deferred_domain other(other_options);
@@ -426,7 +426,7 @@ TEST_F(DeferredTest, DefaultDomainIsShutDownAtExitAndDeletionsAfterThatAreInline
 // --- Explicit domains: budget, allocation failure, toggle, shutdown, drain ------------------------
 
 TEST_F(DeferredTest, FullBudgetForcesInlineDeletion) {
-  teardown::async_teardown_options opts = test_options();
+  teardown::deferred_domain_options opts = test_options();
   opts.max_pending = 3 * mib;
   deferred_domain domain(opts);
   std::vector<destruction_log> logs(5);
@@ -434,20 +434,20 @@ TEST_F(DeferredTest, FullBudgetForcesInlineDeletion) {
   std::vector<decision> decisions;
   for (destruction_log& log : logs) decisions.push_back(domain.delete_object(new tracked{&log, mib}));
   EXPECT_EQ(decisions, (std::vector<decision>{decision::queued, decision::queued, decision::queued,
-                                              decision::sync_rejected, decision::sync_rejected}));
+                                              decision::inline_rejected, decision::inline_rejected}));
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(logs[i].count(), 0) << i;
   for (std::size_t i = 3; i < 5; ++i) {
     EXPECT_EQ(logs[i].count(), 1) << i;
     EXPECT_EQ(logs[i].thread(), this_thread_name()) << i;
   }
   teardown::deferred_stats stats = domain.stats();
-  EXPECT_EQ(stats.rejected, 2u);
-  EXPECT_EQ(stats.pending_bytes, 3 * mib);
+  EXPECT_EQ(stats.inline_rejected, 2u);
+  EXPECT_EQ(stats.pending, 3 * mib);
   domain.thaw();
   domain.flush();
   for (destruction_log& log : logs) EXPECT_EQ(log.count(), 1);
   stats = domain.stats();
-  EXPECT_EQ(stats.pending_bytes, 0u);
+  EXPECT_EQ(stats.pending, 0u);
   EXPECT_EQ(stats.high_water, 3 * mib);
 }
 
@@ -455,29 +455,29 @@ TEST_F(DeferredTest, FailedNodeAllocationDeletesInlineAndNeverLeaks) {
   deferred_domain domain(test_options());
   destruction_log failed, next;
   teardown::detail::fail_next_node_allocations = 1;
-  EXPECT_EQ(domain.delete_object(new tracked{&failed, mib}), decision::sync_no_memory);
+  EXPECT_EQ(domain.delete_object(new tracked{&failed, mib}), decision::inline_no_memory);
   EXPECT_EQ(failed.count(), 1);
   EXPECT_EQ(failed.thread(), this_thread_name());
   EXPECT_EQ(domain.delete_object(new tracked{&next, mib}), decision::queued) << "only one allocation failed";
   domain.flush();
   EXPECT_EQ(next.count(), 1);
   const teardown::deferred_stats stats = domain.stats();
-  EXPECT_EQ(stats.no_memory, 1u);
-  EXPECT_EQ(stats.rejected, 0u) << "the budget did not refuse anything";
-  EXPECT_EQ(stats.freed_inline, 1u);
+  EXPECT_EQ(stats.inline_no_memory, 1u);
+  EXPECT_EQ(stats.inline_rejected, 0u) << "the budget did not refuse anything";
+  EXPECT_EQ(stats.inline_total, 1u);
 }
 
 TEST_F(DeferredTest, DisabledDomainDeletesEverythingInline) {
   deferred_domain domain(test_options());
   domain.disable();
   destruction_log log;
-  EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::sync_disabled);
+  EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::inline_disabled);
   EXPECT_EQ(log.thread(), this_thread_name());
   domain.enable();
   EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::queued);
   domain.flush();
   EXPECT_EQ(log.count(), 2);
-  EXPECT_EQ(domain.stats().freed_inline, 1u);
+  EXPECT_EQ(domain.stats().inline_total, 1u);
 }
 
 TEST_F(DeferredTest, ShutdownFreesEverythingQueuedAndLaterDeletionsAreInline) {
@@ -485,16 +485,16 @@ TEST_F(DeferredTest, ShutdownFreesEverythingQueuedAndLaterDeletionsAreInline) {
   std::vector<destruction_log> queued(3);
   domain.freeze();
   for (destruction_log& log : queued) domain.delete_object(new tracked{&log, mib});
-  domain.shutdown();  // overrides the freeze
+  domain.stop();  // overrides the freeze
   for (destruction_log& log : queued) {
     EXPECT_EQ(log.count(), 1);
     EXPECT_EQ(log.thread(), reaper_name);
   }
   destruction_log after;
-  EXPECT_EQ(domain.delete_object(new tracked{&after, mib}), decision::sync_stopped);
+  EXPECT_EQ(domain.delete_object(new tracked{&after, mib}), decision::inline_stopped);
   EXPECT_EQ(after.count(), 1);
   EXPECT_EQ(after.thread(), this_thread_name());
-  domain.shutdown();  // idempotent
+  domain.stop();  // idempotent
   domain.flush();     // and harmless afterwards
 }
 
@@ -522,7 +522,7 @@ TEST_F(DeferredTest, DrainFreesQueuedObjectsOnTheCallerWithinItsBudget) {
   domain.thaw();
   domain.flush();
   EXPECT_EQ(logs[2].count(), 1);
-  EXPECT_EQ(domain.stats().pending_bytes, 0u);
+  EXPECT_EQ(domain.stats().pending, 0u);
 }
 
 // A destructor running on the reaper may delete through the same domain: the inner object
@@ -557,7 +557,7 @@ struct throws_on_destruction {
 
 TEST_F(DeferredTest, DestructorThrowingOnTheReaperIsCountedAndTheRestStillRuns) {
   std::atomic<int> reported{0};
-  teardown::async_teardown_options opts = test_options();
+  teardown::deferred_domain_options opts = test_options();
   opts.reaper.on_error = [&reported](std::exception_ptr) { reported.fetch_add(1); };
   deferred_domain domain(opts);
   destruction_log after;
@@ -569,7 +569,7 @@ TEST_F(DeferredTest, DestructorThrowingOnTheReaperIsCountedAndTheRestStillRuns) 
   EXPECT_EQ(after.count(), 1);
   EXPECT_EQ(domain.stats().errors, 1u);
   EXPECT_EQ(reported.load(), 1);
-  EXPECT_EQ(domain.stats().pending_bytes, 0u) << "the node and its charge are released anyway";
+  EXPECT_EQ(domain.stats().pending, 0u) << "the node and its charge are released anyway";
 }
 
 // --- async_munmap ------------------------------------------------------------------------------
@@ -582,7 +582,7 @@ TEST_F(DeferredTest, UnmapQueuesABigMappingAndTheReaperUnmapsIt) {
   domain.freeze();
   EXPECT_EQ(domain.unmap(addr, length), decision::queued);
   EXPECT_TRUE(mapped(addr, length)) << "still mapped while the reaper is frozen";
-  EXPECT_EQ(domain.stats().pending_bytes, length);
+  EXPECT_EQ(domain.stats().pending, length);
   domain.thaw();
   domain.flush();
   EXPECT_TRUE(unmapped(addr, length));
@@ -604,13 +604,13 @@ TEST_F(DeferredTest, SmallMappingIsUnmappedInline) {
   void* addr = map_touched(length);
   ASSERT_NE(addr, nullptr);
   domain.freeze();
-  EXPECT_EQ(domain.unmap(addr, length), decision::sync_ineligible);
+  EXPECT_EQ(domain.unmap(addr, length), decision::inline_ineligible);
   EXPECT_TRUE(unmapped(addr, length));
   domain.thaw();
 }
 
 TEST_F(DeferredTest, UnmapChargesTheLengthRoundedUpToPages) {
-  teardown::async_teardown_options opts = test_options();
+  teardown::deferred_domain_options opts = test_options();
   opts.threshold = 1;
   deferred_domain domain(opts);
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
@@ -618,7 +618,7 @@ TEST_F(DeferredTest, UnmapChargesTheLengthRoundedUpToPages) {
   ASSERT_NE(addr, nullptr);
   domain.freeze();
   EXPECT_EQ(domain.unmap(addr, page + 1), decision::queued);
-  EXPECT_EQ(domain.stats().pending_bytes, 2 * page);
+  EXPECT_EQ(domain.stats().pending, 2 * page);
   domain.thaw();
   domain.flush();
   EXPECT_TRUE(unmapped(addr, 2 * page)) << "munmap's own rounding: the partial page goes too";
@@ -642,9 +642,9 @@ TEST_F(DeferredTest, BadUnmapInputIsRefusedAndChangesNothing) {
   EXPECT_TRUE(mapped(addr, length));
   EXPECT_EQ(addr[0], 1) << "still readable";
   const teardown::deferred_stats stats = domain.stats();
-  EXPECT_EQ(stats.queued + stats.freed_inline, 0u);
+  EXPECT_EQ(stats.queued + stats.inline_total, 0u);
   const teardown::deferred_stats default_after = teardown::deferred::stats();
-  EXPECT_EQ(default_after.queued + default_after.freed_inline, default_before.queued + default_before.freed_inline);
+  EXPECT_EQ(default_after.queued + default_after.inline_total, default_before.queued + default_before.inline_total);
   ASSERT_EQ(munmap(addr, length), 0);
 }
 
@@ -654,7 +654,7 @@ TEST_F(DeferredTest, MunmapFailureIsThrownInlineAndCountedOnTheReaper) {
   // Above every user address space Linux offers (57 bits): munmap fails with EINVAL.
   void* const kernel = reinterpret_cast<void*>(std::uintptr_t{0xff00'0000'0000'0000});
   std::atomic<int> reported{0};
-  teardown::async_teardown_options opts = test_options();
+  teardown::deferred_domain_options opts = test_options();
   opts.reaper.on_error = [&reported](std::exception_ptr error) {
     try {
       std::rethrow_exception(error);
@@ -669,7 +669,7 @@ TEST_F(DeferredTest, MunmapFailureIsThrownInlineAndCountedOnTheReaper) {
   domain.flush();
   EXPECT_EQ(domain.stats().errors, 1u);
   EXPECT_EQ(reported.load(), 1);
-  EXPECT_EQ(domain.stats().pending_bytes, 0u);
+  EXPECT_EQ(domain.stats().pending, 0u);
 }
 
 // --- Big buffers -------------------------------------------------------------------------------
@@ -683,12 +683,12 @@ TEST_F(DeferredTest, SixtyFourMiBVectorIsFreedOffThread) {
   owned.reset();
   teardown::deferred_stats stats = domain.stats();
   EXPECT_EQ(stats.queued, 1u);
-  EXPECT_GE(stats.pending_bytes, size) << "charged its capacity";
+  EXPECT_GE(stats.pending, size) << "charged its capacity";
   domain.thaw();
   domain.flush();
   stats = domain.stats();
   EXPECT_EQ(stats.reaped, 1u);
-  EXPECT_EQ(stats.pending_bytes, 0u);
+  EXPECT_EQ(stats.pending, 0u);
 }
 
 // The same vector with an allocator that notes the thread that gives the memory back.
@@ -830,16 +830,16 @@ void many_threads_delete(deferred_domain& domain, bool default_domain) {
   EXPECT_EQ(exactly_once, destroyed.size()) << "every object destroyed exactly once";
   const teardown::deferred_stats stats = domain.stats();
   EXPECT_EQ(stats.reaped, stats.queued);
-  EXPECT_EQ(stats.pending_bytes, 0u);
-  EXPECT_LE(stats.high_water, stats.max_pending);
+  EXPECT_EQ(stats.pending, 0u);
+  EXPECT_LE(stats.high_water, stats.cap);
   EXPECT_EQ(stats.errors, 0u);
   if (!default_domain) {
-    EXPECT_EQ(stats.queued + stats.freed_inline, destroyed.size());
+    EXPECT_EQ(stats.queued + stats.inline_total, destroyed.size());
   }
 }
 
 TEST_F(DeferredStressTest, ManyThreadsDeleteThroughAnExplicitDomainEachObjectDestroyedOnce) {
-  teardown::async_teardown_options opts = test_options();
+  teardown::deferred_domain_options opts = test_options();
   opts.max_pending = 4 * mib;  // 16 queued objects at most: the budget refuses some
   deferred_domain domain(opts);
   many_threads_delete(domain, false);
@@ -872,10 +872,10 @@ TEST_F(DeferredStressTest, ManyThreadsUnmapEachMappingExactlyOnce) {
   for (auto& w : workers) w.join();
   domain.flush();
   const teardown::deferred_stats stats = domain.stats();
-  EXPECT_EQ(stats.queued + stats.freed_inline, handed.load());
+  EXPECT_EQ(stats.queued + stats.inline_total, handed.load());
   EXPECT_EQ(stats.reaped, stats.queued);
   EXPECT_EQ(stats.errors, 0u);
-  EXPECT_EQ(stats.pending_bytes, 0u);
+  EXPECT_EQ(stats.pending, 0u);
 }
 
 // --- One cap for every domain made from default_options() ------------------------------------
@@ -885,7 +885,7 @@ TEST_F(DeferredStressTest, ManyThreadsUnmapEachMappingExactlyOnce) {
 std::uint64_t room_on_the_budget_of(const deferred_domain& domain) {
   teardown::deferred::flush();
   const teardown::deferred_stats s = domain.stats();
-  return s.max_pending - s.pending_bytes;
+  return s.cap - s.pending;
 }
 
 TEST_F(DeferredTest, TwoDefaultOptionsDomainsShareOneCap) {
@@ -896,12 +896,12 @@ TEST_F(DeferredTest, TwoDefaultOptionsDomainsShareOneCap) {
   destruction_log filler, refused, later;
   const std::uint64_t room = room_on_the_budget_of(first);
   EXPECT_EQ(first.delete_object(new tracked{&filler, room}), decision::queued);
-  EXPECT_EQ(second.delete_object(new tracked{&refused, 64 * kib}), decision::sync_rejected)
+  EXPECT_EQ(second.delete_object(new tracked{&refused, 64 * kib}), decision::inline_rejected)
       << "64 KiB fits a quarter of memory, but the other domain holds the whole shared cap";
   EXPECT_EQ(refused.count(), 1);
   EXPECT_EQ(refused.thread(), this_thread_name());
-  EXPECT_EQ(second.stats().pending_bytes, first.stats().pending_bytes) << "pending_bytes is the shared budget's";
-  EXPECT_EQ(second.stats().rejected, 1u);
+  EXPECT_EQ(second.stats().pending, first.stats().pending) << "pending_bytes is the shared budget's";
+  EXPECT_EQ(second.stats().inline_rejected, 1u);
   first.thaw();
   first.flush();
   EXPECT_EQ(filler.count(), 1);
@@ -910,7 +910,7 @@ TEST_F(DeferredTest, TwoDefaultOptionsDomainsShareOneCap) {
   second.thaw();
   second.flush();
   EXPECT_EQ(later.count(), 1);
-  EXPECT_EQ(second.stats().pending_bytes, 0u);
+  EXPECT_EQ(second.stats().pending, 0u);
 }
 
 TEST_F(DeferredTest, DefaultDomainSharesTheCapOfDefaultOptionsDomains) {
@@ -919,10 +919,10 @@ TEST_F(DeferredTest, DefaultDomainSharesTheCapOfDefaultOptionsDomains) {
   destruction_log filler, refused, later;
   const std::uint64_t room = room_on_the_budget_of(mine);
   EXPECT_EQ(mine.delete_object(new tracked{&filler, room}), decision::queued);
-  EXPECT_EQ(teardown::deferred_delete(new tracked{&refused, 64 * kib}), decision::sync_rejected)
+  EXPECT_EQ(teardown::deferred_delete(new tracked{&refused, 64 * kib}), decision::inline_rejected)
       << "the default domain is one of the sharers";
   EXPECT_EQ(refused.count(), 1);
-  EXPECT_EQ(teardown::deferred::stats().pending_bytes, mine.stats().pending_bytes);
+  EXPECT_EQ(teardown::deferred::stats().pending, mine.stats().pending);
   mine.thaw();
   mine.flush();
   EXPECT_EQ(teardown::deferred_delete(new tracked{&later, 64 * kib}), decision::queued);
@@ -931,7 +931,7 @@ TEST_F(DeferredTest, DefaultDomainSharesTheCapOfDefaultOptionsDomains) {
 }
 
 TEST_F(DeferredTest, DefaultOptionsNameTheOneProcessWideBudget) {
-  const teardown::async_teardown_options opts = deferred_domain::default_options();
+  const teardown::deferred_domain_options opts = deferred_domain::default_options();
   ASSERT_NE(opts.shared_budget, nullptr);
   EXPECT_EQ(opts.shared_budget, deferred_domain::default_budget());
   EXPECT_EQ(deferred_domain::default_options().shared_budget, opts.shared_budget) << "one budget, not one per call";
@@ -941,7 +941,7 @@ TEST_F(DeferredTest, DefaultOptionsNameTheOneProcessWideBudget) {
 }
 
 TEST_F(DeferredTest, MaxPendingSetOnDefaultOptionsGivesTheDomainABudgetOfItsOwn) {
-  teardown::async_teardown_options opts = test_options();
+  teardown::deferred_domain_options opts = test_options();
   opts.max_pending = 3 * mib;
   deferred_domain own(opts);
   deferred_domain sharing(test_options());
@@ -951,7 +951,7 @@ TEST_F(DeferredTest, MaxPendingSetOnDefaultOptionsGivesTheDomainABudgetOfItsOwn)
   destruction_log log;
   EXPECT_EQ(own.delete_object(new tracked{&log, 3 * mib}), decision::queued);
   EXPECT_EQ(own.max_pending(), 3 * mib);
-  EXPECT_EQ(own.stats().pending_bytes, 3 * mib);
+  EXPECT_EQ(own.stats().pending, 3 * mib);
   EXPECT_EQ(sharing.max_pending(), deferred_domain::default_max_pending()) << "the shared cap is untouched";
   EXPECT_EQ(deferred_domain::default_budget()->pending(), shared_before) << "the charge is on the domain's own budget";
   own.thaw();
@@ -999,20 +999,20 @@ TEST_F(DeferredTest, ShutdownForReturnsFalseWhileADestructorBlocksThenAShutdownF
   for (destruction_log& log : logs) EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::queued);
   domain.thaw();
   while (!started.load()) std::this_thread::yield();
-  EXPECT_FALSE(domain.shutdown_for(std::chrono::milliseconds(20)));
+  EXPECT_FALSE(domain.stop_for(std::chrono::milliseconds(20)));
   teardown::deferred_stats s = domain.stats();
   EXPECT_EQ(s.queued - s.reaped, 5u) << "the blocked object and the four behind it are still counted";
-  EXPECT_EQ(s.pending_bytes, 5 * mib);
+  EXPECT_EQ(s.pending, 5 * mib);
   destruction_log after;
-  EXPECT_EQ(domain.delete_object(new tracked{&after, mib}), decision::sync_stopped);
+  EXPECT_EQ(domain.delete_object(new tracked{&after, mib}), decision::inline_stopped);
   EXPECT_EQ(after.count(), 1);
   release.store(true);
-  domain.shutdown();
+  domain.stop();
   EXPECT_EQ(blocker_log.count(), 1);
   for (destruction_log& log : logs) EXPECT_EQ(log.count(), 1);
   s = domain.stats();
   EXPECT_EQ(s.queued, s.reaped);
-  EXPECT_EQ(s.pending_bytes, 0u);
+  EXPECT_EQ(s.pending, 0u);
 }
 
 TEST_F(DeferredTest, ShutdownForWithNothingBlockingReturnsTrue) {
@@ -1020,7 +1020,7 @@ TEST_F(DeferredTest, ShutdownForWithNothingBlockingReturnsTrue) {
   destruction_log log;
   domain.freeze();
   domain.delete_object(new tracked{&log, mib});
-  EXPECT_TRUE(domain.shutdown_for(std::chrono::seconds(30)));  // a liveness bound
+  EXPECT_TRUE(domain.stop_for(std::chrono::seconds(30)));  // a liveness bound
   EXPECT_EQ(log.count(), 1);
 }
 
@@ -1067,6 +1067,76 @@ TEST_F(DeferredTest, DestroyingTheDomainFromADestructorInsideItsDrainAbortsWithA
         wait_for_the_abort();
       },
       "teardown::deferred_domain::~deferred_domain: the domain is destroyed from a destructor");
+}
+
+// --- Options and the vocabulary ----------------------------------------------------------------
+
+static_assert(teardown::worker_control<deferred_domain>);
+
+// `deferred_domain d({.threshold = ...})` once built async_teardown_options: no shared budget, a
+// cap of 2^48 and a reaper named "async_teardown". deferred_domain_options keep deferred's.
+TEST_F(DeferredTest, DesignatedOptionsKeepEveryOtherDefaultOfDeferred) {
+  deferred_domain domain({.threshold = 1 << 20});
+  EXPECT_EQ(domain.threshold(), 1u << 20);
+  EXPECT_EQ(domain.max_pending(), deferred_domain::default_budget()->cap()) << "the shared budget's cap";
+  EXPECT_NE(domain.max_pending(), teardown::budget::max_cap);
+  destruction_log log;
+  domain.delete_object(new tracked{&log, 2 * mib});
+  domain.flush();
+  EXPECT_EQ(log.count(), 1);
+  EXPECT_EQ(log.thread(), "deferred_delete") << "the reaper has deferred's name";
+  const teardown::deferred_domain_options defaults;
+  EXPECT_EQ(defaults.threshold, deferred_domain::default_threshold);
+  EXPECT_EQ(defaults.trim.after, deferred_domain::default_trim_after);
+  EXPECT_EQ(defaults.shared_budget, deferred_domain::default_budget());
+  EXPECT_EQ(defaults.reaper.name, "deferred_delete");
+}
+
+TEST_F(DeferredTest, OldNamesStillWorkWithTheSameValues) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  // The old constructor takes async_teardown_options, with async_teardown's defaults, as before.
+  deferred_domain plain_async(teardown::async_teardown_options{.reaper = {.name = reaper_name}});
+  EXPECT_EQ(plain_async.max_pending(), teardown::budget::max_cap);
+  // Old code that kept default_options() in an async_teardown_options still builds.
+  teardown::async_teardown_options converted = deferred_domain::default_options();
+  converted.reaper.name = reaper_name;
+  converted.sync_when_stalled = false;
+  deferred_domain domain(converted);
+  EXPECT_EQ(domain.threshold(), deferred_domain::default_threshold);
+  EXPECT_EQ(domain.max_pending(), deferred_domain::default_budget()->cap());
+
+  destruction_log log;
+  domain.freeze();
+  EXPECT_EQ(domain.delete_object(new tracked{&log, 1}), decision::sync_ineligible);
+  EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::queued);
+  teardown::detail::fail_next_node_allocations = 1;
+  EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::sync_no_memory);
+  const teardown::deferred_stats s = domain.stats();
+  EXPECT_EQ(s.freed_inline, 2u);
+  EXPECT_EQ(s.freed_inline, s.inline_total);
+  EXPECT_EQ(s.small, 1u);
+  EXPECT_EQ(s.small, s.inline_small);
+  EXPECT_EQ(s.no_memory, 1u);
+  EXPECT_EQ(s.no_memory, s.inline_no_memory);
+  EXPECT_EQ(s.rejected, s.inline_rejected);
+  EXPECT_EQ(s.pending_bytes, mib);
+  EXPECT_EQ(s.pending_bytes, s.pending);
+  EXPECT_EQ(s.max_pending, s.cap);
+  EXPECT_EQ(s.trims, s.trim.trims);
+  EXPECT_EQ(s.trimmed_bytes, s.trim.trimmed_bytes);
+  EXPECT_EQ(s.trim_cpu_ns, s.trim.trim_cpu_ns);
+  EXPECT_EQ(domain.worker_nice(), domain.nice());
+  EXPECT_TRUE(domain.set_worker_nice(18));
+  EXPECT_EQ(domain.nice(), 18);
+  EXPECT_EQ(domain.reaper_statistics().enqueued, domain.worker_stats().enqueued);
+  domain.thaw();
+  EXPECT_TRUE(domain.shutdown_for(std::chrono::seconds(30)));  // a liveness bound, not a time assertion
+  domain.shutdown();
+  EXPECT_EQ(log.count(), 3);
+  EXPECT_EQ(domain.delete_object(new tracked{&log, mib}), decision::sync_stopped);
+  EXPECT_FALSE(domain.reaper_statistics().running);
+#pragma GCC diagnostic pop
 }
 
 }  // namespace

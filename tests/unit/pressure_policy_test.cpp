@@ -148,15 +148,15 @@ TEST(PressureEntryPointsTest, SetWorkerNiceChangesTheWorkerThreadItself) {
   composition async(composition_options(), item_traits{&log});
   ASSERT_TRUE(eventually([] { return thread_nice("pressure_items").has_value(); }));
   ASSERT_TRUE(eventually([] { return thread_nice("pressure_items") == 19; }));
-  EXPECT_THROW(async.set_worker_nice(20), std::invalid_argument);
-  EXPECT_THROW(async.set_worker_nice(-21), std::invalid_argument);
-  EXPECT_EQ(async.worker_nice(), 19);
-  if (!async.set_worker_nice(0)) {
+  EXPECT_THROW(async.set_nice(20), std::invalid_argument);
+  EXPECT_THROW(async.set_nice(-21), std::invalid_argument);
+  EXPECT_EQ(async.nice(), 19);
+  if (!async.set_nice(0)) {
     GTEST_SKIP() << "lowering a thread's nice value is refused here (no CAP_SYS_NICE, RLIMIT_NICE 0)";
   }
-  EXPECT_EQ(async.worker_nice(), 0);
+  EXPECT_EQ(async.nice(), 0);
   EXPECT_EQ(thread_nice("pressure_items"), 0);
-  EXPECT_TRUE(async.set_worker_nice(19));
+  EXPECT_TRUE(async.set_nice(19));
   EXPECT_EQ(thread_nice("pressure_items"), 19);
 }
 
@@ -187,7 +187,7 @@ TEST(PressurePolicyTest, PressureThawsRaisesPriorityLowersTheCapAndReliefPutsItA
   item late;
   late.id = 99;
   composition async(composition_options(1'000), item_traits{&log});
-  ASSERT_EQ(async.worker_nice(), 19);
+  ASSERT_EQ(async.nice(), 19);
   async.freeze();
   async.freeze();  // two levels: both undone, both put back
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -206,12 +206,12 @@ TEST(PressurePolicyTest, PressureThawsRaisesPriorityLowersTheCapAndReliefPutsItA
   EXPECT_EQ(async.stats().reaped, 5u);
   // The cap: new puts stay inline while pressure lasts.
   EXPECT_EQ(async.max_pending(), 0u);
-  EXPECT_EQ(async.put(late), teardown::decision::sync_rejected);
+  EXPECT_EQ(async.put(late), teardown::decision::inline_rejected);
   // Nice: 0 where the system allows it (here, with CAP_SYS_NICE), counted either way.
   const teardown::pressure_policy_stats during = policy.stats();
   EXPECT_EQ(during.nice_raised + during.nice_refused, 1u);
   if (during.nice_raised == 1) {
-    EXPECT_EQ(async.worker_nice(), 0);
+    EXPECT_EQ(async.nice(), 0);
     EXPECT_EQ(thread_nice("pressure_items"), 0);  // the thread itself, as the kernel sees it
   }
 
@@ -221,7 +221,7 @@ TEST(PressurePolicyTest, PressureThawsRaisesPriorityLowersTheCapAndReliefPutsItA
   EXPECT_FALSE(after.active);
   EXPECT_EQ(async.max_pending(), 1'000u);
   EXPECT_EQ(after.caps_restored, 1u);
-  EXPECT_EQ(async.worker_nice(), 19);
+  EXPECT_EQ(async.nice(), 19);
   EXPECT_EQ(thread_nice("pressure_items"), 19);
   EXPECT_EQ(after.refrozen, 2u);
   // Frozen twice again: two thaws succeed, the third finds nothing.
@@ -336,7 +336,7 @@ TEST(PressurePolicyTest, DestroyingThePolicyDuringPressurePutsEverythingBack) {
     EXPECT_EQ(async.max_pending(), 0u);
   }
   EXPECT_EQ(async.max_pending(), 1'000u);
-  EXPECT_EQ(async.worker_nice(), 19);
+  EXPECT_EQ(async.nice(), 19);
   async.thaw();  // frozen again, once
   EXPECT_THROW(async.thaw(), std::logic_error);
   // Unsubscribed: a later event reaches nothing of it.
@@ -361,7 +361,7 @@ TEST(PressurePolicyTest, OptionsCanSwitchEachActionOff) {
   const teardown::pressure_policy_stats s = policy.stats();
   EXPECT_EQ(s.thawed + s.nice_raised + s.nice_refused + s.drained_items + s.caps_lowered, 0u);
   EXPECT_EQ(async.max_pending(), 1'000u);
-  EXPECT_EQ(async.worker_nice(), 19);
+  EXPECT_EQ(async.nice(), 19);
   EXPECT_EQ(async.stats().pending, 10u);
   async.thaw();
 }
@@ -389,7 +389,7 @@ TEST(PressurePolicyTest, PressureHurriesALazyWorkerThatWouldLookOnlyHourly) {
   EXPECT_TRUE(eventually([&] { return async.stats().reaped == 1; }, std::chrono::seconds(20)))
       << "the lowered cap did not hurry the polling worker";
   EXPECT_EQ(async.stats().drained, 0u) << "the worker, not the monitor thread, tore it down";
-  EXPECT_EQ(async.reaper_statistics().hurries, 1u);
+  EXPECT_EQ(async.worker_stats().hurries, 1u);
 }
 
 std::mutex trace_mutex;
@@ -429,7 +429,7 @@ TEST(PressurePolicyTest, EveryActionIsTracedWithTheTargetsDomain) {
 TEST(PressurePolicyTest, ADeferredDomainsFrozenBacklogIsGivenBack) {
   injected_source source;
   pressure_monitor monitor(source.options());
-  teardown::async_teardown_options opts = teardown::deferred_domain::default_options();
+  teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
   opts.max_pending = 64u << 20;  // a budget of its own
   opts.threshold = 0;
   opts.sync_when_stalled = false;
@@ -438,13 +438,13 @@ TEST(PressurePolicyTest, ADeferredDomainsFrozenBacklogIsGivenBack) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(domain.delete_object(new std::vector<char>(1 << 20)), teardown::decision::queued);
   }
-  ASSERT_GT(domain.stats().pending_bytes, 0u);
+  ASSERT_GT(domain.stats().pending, 0u);
   pressure_policy policy(monitor, domain);
   source.signal_event();
   // The reaper releases an item's charge before it counts the item reaped: wait for both.
-  ASSERT_TRUE(eventually([&] { return domain.stats().pending_bytes == 0 && domain.stats().reaped == 4u; }));
+  ASSERT_TRUE(eventually([&] { return domain.stats().pending == 0 && domain.stats().reaped == 4u; }));
   EXPECT_EQ(domain.max_pending(), 0u);
-  EXPECT_EQ(domain.delete_object(new std::vector<char>(1 << 20)), teardown::decision::sync_rejected);
+  EXPECT_EQ(domain.delete_object(new std::vector<char>(1 << 20)), teardown::decision::inline_rejected);
   source.signal_relief();
   ASSERT_TRUE(eventually([&] { return policy.stats().reliefs == 1; }));
   EXPECT_EQ(domain.max_pending(), 64u << 20);
@@ -498,7 +498,7 @@ TEST(PressurePolicyTest, ASecondPolicyOnTheSameTargetIsRefused) {
     source.signal_relief();
     ASSERT_TRUE(eventually([&] { return first.stats().reliefs == 1; }));
     EXPECT_EQ(async.max_pending(), 1'000u);
-    EXPECT_EQ(async.worker_nice(), 19);
+    EXPECT_EQ(async.nice(), 19);
   }
   // The first one gone, the target takes a policy again.
   pressure_policy again(monitor, async, {.drain_per_event = 0});

@@ -348,7 +348,7 @@ TEST(DrivenTest, DeferredDomainCountsWhatItsRunsFree) {
               teardown::decision::queued);
   }
   EXPECT_TRUE(readable(domain.work_fd()));
-  EXPECT_EQ(domain.stats().pending_bytes, 4u << 20);
+  EXPECT_EQ(domain.stats().pending, 4u << 20);
   const teardown::drive_result result = domain.run({.items = 3});
   EXPECT_EQ(result.items, 3u);
   EXPECT_TRUE(result.more);
@@ -357,8 +357,8 @@ TEST(DrivenTest, DeferredDomainCountsWhatItsRunsFree) {
   const teardown::deferred_stats s = domain.stats();
   EXPECT_EQ(s.queued, 4u);
   EXPECT_EQ(s.reaped, 4u);
-  EXPECT_EQ(s.pending_bytes, 0u);
-  EXPECT_FALSE(domain.reaper_statistics().running);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_FALSE(domain.worker_stats().running);
 }
 
 // run and work_fd are for one reaper: a pool's workers are threads.

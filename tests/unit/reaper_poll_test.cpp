@@ -293,10 +293,10 @@ TEST(ReaperLazyTest, APutThatPassesTheMarkHurriesAndOneBelowItDoesNot) {
   lazy_async async(lazy_async_options("lazy_mark", 100, 0));  // hurry_at 0: half the cap, 50
   wait_until_asleep(thread_named("lazy_mark"));
   EXPECT_EQ(async.put(below), teardown::decision::queued);
-  EXPECT_EQ(async.reaper_statistics().hurries, 0u) << "40 pending is below the mark of 50";
+  EXPECT_EQ(async.worker_stats().hurries, 0u) << "40 pending is below the mark of 50";
   EXPECT_EQ(async.put(past), teardown::decision::queued);  // 60 pending
   ASSERT_TRUE(eventually([&] { return async.stats().reaped == 2; }, kNoLook)) << "the put past the mark did not hurry";
-  EXPECT_EQ(async.reaper_statistics().hurries, 1u);
+  EXPECT_EQ(async.worker_stats().hurries, 1u);
   EXPECT_EQ(below.destroyed.load() + past.destroyed.load(), 2);
 }
 
@@ -308,10 +308,10 @@ TEST(ReaperLazyTest, ARefusedChargeHurriesTheWorker) {
   lazy_async async(lazy_async_options("lazy_refused", 100, 1000));  // a mark no put reaches
   wait_until_asleep(thread_named("lazy_refused"));
   EXPECT_EQ(async.put(queued), teardown::decision::queued);
-  EXPECT_EQ(async.reaper_statistics().hurries, 0u);
-  EXPECT_EQ(async.put(refused), teardown::decision::sync_rejected);  // 120 > 100: inline
+  EXPECT_EQ(async.worker_stats().hurries, 0u);
+  EXPECT_EQ(async.put(refused), teardown::decision::inline_rejected);  // 120 > 100: inline
   ASSERT_TRUE(eventually([&] { return async.stats().reaped == 1; }, kNoLook)) << "the refusal did not hurry";
-  EXPECT_EQ(async.reaper_statistics().hurries, 1u);
+  EXPECT_EQ(async.worker_stats().hurries, 1u);
 }
 
 TEST(ReaperLazyTest, LoweringTheCapHurriesTheWorkerAndRaisingItDoesNot) {
@@ -323,10 +323,10 @@ TEST(ReaperLazyTest, LoweringTheCapHurriesTheWorkerAndRaisingItDoesNot) {
   EXPECT_EQ(async.put(first), teardown::decision::queued);
   async.set_max_pending(200);
   EXPECT_TRUE(async.replace_max_pending(200, 300));
-  EXPECT_EQ(async.reaper_statistics().hurries, 0u) << "a raised cap is no reason to hurry";
+  EXPECT_EQ(async.worker_stats().hurries, 0u) << "a raised cap is no reason to hurry";
   EXPECT_TRUE(async.replace_max_pending(300, 5));  // what a pressure policy does under pressure
   ASSERT_TRUE(eventually([&] { return async.stats().reaped == 1; }, kNoLook)) << "the lowered cap did not hurry";
-  EXPECT_EQ(async.reaper_statistics().hurries, 1u);
+  EXPECT_EQ(async.worker_stats().hurries, 1u);
 }
 
 TEST(ReaperLazyTest, BadLazyOptionsAreRefusedNamingTheField) {

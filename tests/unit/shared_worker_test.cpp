@@ -132,7 +132,7 @@ TEST(SharedWorkerTest, EightDeferredDomainsOnOneWorkerAddOneThreadAndCountApart)
   auto worker = std::make_shared<teardown::deferred_worker>();
   std::vector<std::unique_ptr<teardown::deferred_domain>> domains;
   for (int d = 0; d < k; ++d) {
-    async_teardown_options opts = teardown::deferred_domain::default_options();
+    teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
     opts.worker = worker;
     opts.max_pending = std::uint64_t{1} << 40;
     domains.push_back(std::make_unique<teardown::deferred_domain>(std::move(opts)));
@@ -147,7 +147,7 @@ TEST(SharedWorkerTest, EightDeferredDomainsOnOneWorkerAddOneThreadAndCountApart)
     domains[d]->flush();
     EXPECT_EQ(domains[d]->stats().queued, static_cast<std::uint64_t>(d + 1));
     EXPECT_EQ(domains[d]->stats().reaped, static_cast<std::uint64_t>(d + 1));
-    EXPECT_EQ(domains[d]->stats().pending_bytes, 0u);
+    EXPECT_EQ(domains[d]->stats().pending, 0u);
   }
   domains.clear();
   worker.reset();
@@ -161,10 +161,10 @@ TEST(SharedWorkerTest, AFullBudgetRejectsOnlyItsOwnDomainsPuts) {
   worker->freeze();  // nothing is released meanwhile
   std::vector<item> items(6);
   EXPECT_EQ(small.put(items[0]), decision::queued);
-  EXPECT_EQ(small.put(items[1]), decision::sync_rejected);
+  EXPECT_EQ(small.put(items[1]), decision::inline_rejected);
   for (int i = 2; i < 6; ++i) EXPECT_EQ(large.put(items[i]), decision::queued);
-  EXPECT_EQ(small.stats().rejected, 1u);
-  EXPECT_EQ(large.stats().rejected, 0u);
+  EXPECT_EQ(small.stats().inline_rejected, 1u);
+  EXPECT_EQ(large.stats().inline_rejected, 0u);
   worker->thaw();
   worker->flush();
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
@@ -209,20 +209,20 @@ TEST(SharedWorkerTest, ShuttingOneDomainDownLeavesTheOthersQueuing) {
   std::thread putter([&] {
     for (std::size_t i = 0; i < 1000; ++i) {
       const decision d = stopping.put(items[i]);
-      EXPECT_TRUE(d == decision::queued || d == decision::sync_stopped);
+      EXPECT_TRUE(d == decision::queued || d == decision::inline_stopped);
       if (i == 500) stop = true;
     }
   });
   while (!stop) std::this_thread::yield();
-  stopping.shutdown();
+  stopping.stop();
   const auto at_shutdown = stopping.stats();
   EXPECT_EQ(at_shutdown.reaped, at_shutdown.queued) << "shutdown left an item of its own queued";
   putter.join();
   other.join();
   EXPECT_EQ(stopping.stats().reaped, stopping.stats().queued);
-  EXPECT_EQ(stopping.stats().queued + stopping.stats().sync, 1000u);
+  EXPECT_EQ(stopping.stats().queued + stopping.stats().inline_total, 1000u);
   item late;
-  EXPECT_EQ(stopping.put(late), decision::sync_stopped);
+  EXPECT_EQ(stopping.put(late), decision::inline_stopped);
   EXPECT_EQ(going_on.put(late), decision::queued) << "the shared worker still runs";
   worker->flush();
   EXPECT_EQ(going_on.stats().reaped, 1001u);
@@ -299,7 +299,7 @@ TEST(SharedWorkerTest, DefaultDomainRunsOnTheDefaultWorkerAndAUserDomainAddsNoTh
   teardown::deferred::default_domain();
   const auto& worker = teardown::deferred::default_worker();
   const std::size_t before = thread_count();
-  async_teardown_options opts = teardown::deferred_domain::default_options();
+  teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
   opts.worker = worker;
   {
     teardown::deferred_domain mine(std::move(opts));
@@ -328,7 +328,7 @@ TEST(SharedWorkerTest, ADomainOnASharedWorkerWorksInAForkChild) {
     int failures = 0;
     domain.put(items[3]);  // the child has no worker: torn down inline
     if (items[3].destroyed.load() != 1) ++failures;
-    domain.shutdown();  // what the parent had queued, torn down once here, on the child's copy
+    domain.stop();  // what the parent had queued, torn down once here, on the child's copy
     for (int i = 0; i < 3; ++i) failures += items[i].destroyed.load() == 1 ? 0 : 1;
     _exit(failures);
   }
@@ -338,7 +338,7 @@ TEST(SharedWorkerTest, ADomainOnASharedWorkerWorksInAForkChild) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(count.load(), 0);
   worker->thaw();
-  domain.shutdown();
+  domain.stop();
   EXPECT_EQ(count.load(), 3);
 }
 
@@ -520,7 +520,7 @@ TEST(SharedWorkerTest, ADrivenSharedWorkerStartsNoThreadAndOneRunServesEveryShar
   EXPECT_EQ(second_count.load(), 3);
   for (const item& i : items) EXPECT_EQ(i.destroyed.load(), 1);
   EXPECT_EQ(second.put(items[0]), decision::queued);
-  second.shutdown();  // flushes the driven worker on this thread
+  second.stop();  // flushes the driven worker on this thread
   EXPECT_EQ(items[0].destroyed.load(), 2);
   EXPECT_EQ(second.stats().reaped, 4u);
   EXPECT_EQ(thread_count(), before);

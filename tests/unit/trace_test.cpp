@@ -855,9 +855,9 @@ TEST_F(TraceDomainTest, ADeferredDomainTagsItsEventsWithItsDomain) {
                                                             {id(second_big), second.trace_domain()},
                                                             {id(second_small), second.trace_domain()}};
   EXPECT_EQ(first.delete_object(first_big), teardown::decision::queued);
-  EXPECT_EQ(first.delete_object(first_small), teardown::decision::sync_ineligible);
+  EXPECT_EQ(first.delete_object(first_small), teardown::decision::inline_ineligible);
   EXPECT_EQ(second.delete_object(second_big), teardown::decision::queued);
-  EXPECT_EQ(second.delete_object(second_small), teardown::decision::sync_ineligible);
+  EXPECT_EQ(second.delete_object(second_small), teardown::decision::inline_ineligible);
   first.flush();
   second.flush();
   expect_domains(recorder<queue_event>::received(), domain_of, 2, "queue");
@@ -885,7 +885,7 @@ TEST_F(TraceDomainTest, ModelMmReaperAndSwapReleaseTagTheirEventsWithTheirOwnDom
   auto swapping = kernel.spawn(3010);
   ASSERT_EQ(kernel.swap_out(*swapping->mm(), 3000), 3000u);
   const std::uint64_t swapping_mm = swapping->mm()->id;
-  EXPECT_EQ(swapping->exit(), teardown::decision::sync_disabled);
+  EXPECT_EQ(swapping->exit(), teardown::decision::inline_disabled);
   kernel.flush_swap_release();
   ASSERT_EQ(kernel.stats().swap.queued, 3u);
 

@@ -221,14 +221,14 @@ void run_async_teardown(failure_count& result) {
   result.check(async.put(*new item{.hook = {}, .id = 101, .cost = 500, .live = 300}) == teardown::decision::queued,
                "item 101 is queued");
   result.check(async.put(*new item{.hook = {}, .id = 102, .cost = 10, .live = 10}) ==
-                   teardown::decision::sync_ineligible,
+                   teardown::decision::inline_ineligible,
                "item 102 is torn down inline, below the threshold");
   result.check(async.put(*new item{.hook = {}, .id = 103, .cost = 800, .live = 800}) ==
-                   teardown::decision::sync_rejected,
+                   teardown::decision::inline_rejected,
                "item 103 is rejected by the budget");
   async.disable();
   result.check(async.put(*new item{.hook = {}, .id = 104, .cost = 900, .live = 900}) ==
-                   teardown::decision::sync_disabled,
+                   teardown::decision::inline_disabled,
                "item 104 is torn down inline, the toggle off");
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past boost_after (10 ms)
   async.thaw();

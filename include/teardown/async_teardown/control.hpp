@@ -1,0 +1,214 @@
+// teardown/async_teardown/control.hpp — async_teardown's control calls (internal: include
+// teardown/async_teardown.hpp): flush, freeze, thaw, stop, nice, stalled, hurry, the worker's
+// statistics, driven mode, and deferred.hpp's exit hooks.
+//
+// A base of async_teardown (CRTP): every call goes to the composition's worker(s), its own or a
+// shared worker's (D::on_workers), so that the control surface (worker_control.hpp) is written
+// once, apart from put and the counters. Who may call what: async_teardown.hpp's table.
+//
+// Memory ordering: the stopped flag is relaxed (a put that races stop may still queue; the
+// stopped worker then tears it down on that caller). Everything else is the worker's
+// (reaper.hpp, reaper_pool.hpp) and the shared worker's gate (shared_worker.hpp).
+// Design: docs/design.md, "async_teardown: the composition".
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "teardown/async_teardown/workers.hpp"
+#include "teardown/reaper.hpp"
+#include "teardown/sync.hpp"
+
+namespace teardown::detail {
+
+/// D: the async_teardown (which befriends this class); Workers: its policy; CompiledOut: the
+/// deferred path is compiled out (no worker).
+template <class D, class Workers, bool CompiledOut>
+class async_control {
+ public:
+  /// Driven mode (opts.reaper.driven, or a driven shared worker's; one_reaper only): reaper::run
+  /// and reaper::work_fd, the shared worker's for every sharer. A
+  /// compiled-out composition queues nothing: run does nothing and work_fd is -1.
+  // Member templates, so that an explicit instantiation over a pool does not reach them.
+  template <class W = Workers>
+    requires std::same_as<W, one_reaper>
+  drive_result run(drive_limits limits = {}) {
+    if constexpr (CompiledOut) return {};
+    else return self().on_workers([&](auto& workers) { return workers.run(limits); });  // a shared worker's too
+  }
+  template <class W = Workers>
+    requires std::same_as<W, one_reaper>
+  int work_fd() const noexcept {
+    if constexpr (CompiledOut) return -1;
+    else return self().on_workers([](const auto& workers) { return workers.work_fd(); });
+  }
+
+  /// Blocks until everything queued before the call (to any worker) is torn down.
+  void flush() {
+    if constexpr (!CompiledOut) self().on_workers([](auto& workers) { workers.flush(); });
+  }
+  template <class Rep, class Period>
+  bool flush_for(std::chrono::duration<Rep, Period> timeout) {
+    if constexpr (!CompiledOut) return self().on_workers([&](auto& workers) { return workers.flush_for(timeout); });
+    return true;
+  }
+
+  /// Parks the reaper (every worker of a pool) between items; nests. May block. Puts keep
+  /// queuing behind a frozen reaper until its oldest item has waited past the stall threshold;
+  /// from then on the watchdog (if on) tears new items down inline, as for a starved reaper: a
+  /// frozen reaper makes no progress either.
+  void freeze() {
+    if constexpr (!CompiledOut) self().on_workers([](auto& workers) { workers.freeze(); });
+  }
+  /// Undoes one freeze(); throws std::logic_error, changing nothing, without one.
+  void thaw() {
+    if constexpr (CompiledOut) throw std::logic_error("teardown::async_teardown::thaw: not frozen");
+    else self().on_workers([](auto& workers) { workers.thaw(); });
+  }
+
+  /// Tears down everything queued and joins the reaper (every worker); afterwards put tears
+  /// down inline (decision::inline_stopped). Idempotent. May block, without limit.
+  void stop() {
+    if constexpr (!CompiledOut) {
+      self().stopped_.store(true, std::memory_order_relaxed);
+      if (self().shared()) {
+        // Never stops the shared worker: no put of ours enqueues any more, then ours are done.
+        (void)self().gate_.close(/*wait=*/!self().forked());
+        self().on_workers([](auto& workers) { workers.flush(); });
+      } else {
+        self().reaper_->stop();
+      }
+    }
+  }
+
+  /// stop() that waits at most `timeout`: true iff everything queued was torn down and the
+  /// worker(s) joined in time. Either way put tears down inline from now on (inline_stopped).
+  /// False leaves what is left queued and counted (stats().pending, worker_stats().pending)
+  /// with the worker(s) still working on it; a later stop, stop_for, flush or the destructor
+  /// waits for them again. Nothing is lost or torn down twice.
+  template <class Rep, class Period>
+  bool stop_for(std::chrono::duration<Rep, Period> timeout) {
+    if constexpr (CompiledOut) {
+      return true;
+    } else {
+      self().stopped_.store(true, std::memory_order_relaxed);
+      if (self().shared()) {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        const std::int64_t limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+        const std::uint64_t deadline_ns =
+            std_sync::now_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, limit_ns));
+        if (!self().gate_.close(/*wait=*/!self().forked(), deadline_ns)) return false;
+        const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+        return self().on_workers([&](auto& workers) { return workers.flush_for(left); });
+      }
+      return self().reaper_->stop_for(timeout);
+    }
+  }
+
+  /// True when called from this composition's own callback: Traits::destroy on its worker, or
+  /// inside its drain on this thread. Wait-free.
+  bool in_own_callback() const noexcept {
+    if constexpr (CompiledOut) return false;
+    else return self().on_workers([](const auto& workers) { return workers.in_own_callback(); });
+  }
+
+  /// True when the reaper's oldest queued item (in a pool: any worker's) has waited past its
+  /// stall threshold.
+  bool stalled() const noexcept {
+    if constexpr (CompiledOut) return false;
+    else return self().on_workers([](const auto& workers) { return workers.stalled(); });
+  }
+  /// Wakes the worker(s) now if they sleep, whatever the wake policy (reaper::hurry): for a
+  /// caller that knows what is queued must not wait for a polling worker's next look. True if
+  /// a sleeping worker was woken. Lock-free; any thread.
+  bool hurry() noexcept {
+    if constexpr (CompiledOut) return false;
+    else return self().on_workers([](auto& workers) { return workers.hurry() != 0; });
+  }
+
+  /// The worker(s)' nice value (reaper::nice); opts.reaper.nice until set_nice.
+  int nice() const {
+    if constexpr (CompiledOut) return 0;
+    else return self().on_workers([](const auto& workers) { return workers.nice(); });
+  }
+  /// reaper::set_nice on the worker(s): true if applied (the system may refuse a lower value).
+  /// Throws std::invalid_argument, changing nothing, outside [-20, 19]. Takes each worker's
+  /// control mutex briefly.
+  bool set_nice(int value) {
+    if (!detail::valid_nice(value)) {
+      throw std::invalid_argument("teardown::async_teardown::set_nice: nice must be in [-20, 19], got " +
+                                  std::to_string(value));
+    }
+    if constexpr (CompiledOut) return true;  // no worker
+    else return self().on_workers([&](auto& workers) { return workers.set_nice(value); });
+  }
+
+  /// The worker's own statistics (worker CPU, wake-ups, batches...); a pool's, summed over its
+  /// workers (reaper_pool::stats).
+  /// On a shared worker: the shared worker's, every sharer's items together.
+  reaper_stats worker_stats() const noexcept {
+    if constexpr (CompiledOut) return {};
+    else return self().on_workers([](const auto& workers) { return workers.stats(); });
+  }
+
+  /// How many worker threads tear down queued items: 1 for one_reaper, the pool's size for
+  /// reaper_pool_workers, 0 when the deferred path is compiled out. Fixed at construction.
+  std::size_t worker_count() const noexcept {
+    if constexpr (CompiledOut) {
+      return 0;
+    } else {
+      return self().on_workers([](const auto& workers) -> std::size_t {
+        if constexpr (requires { workers.worker_count(); }) return workers.worker_count();
+        else return 1;
+      });
+    }
+  }
+
+ protected:
+  // deferred.hpp's exit path for a domain on the default worker: shut down, then stop the shared
+  // worker itself (for every sharer), the whole within `limit` (nanoseconds::max(): none).
+  bool shut_down_with_worker(std::chrono::nanoseconds limit) {
+    if constexpr (CompiledOut) {
+      return true;
+    } else {
+      self().stopped_.store(true, std::memory_order_relaxed);
+      if (limit == std::chrono::nanoseconds::max()) {
+        (void)self().gate_.close(!self().forked());
+        self().on_workers([](auto& workers) { workers.stop(); });
+        return true;
+      }
+      const auto deadline = std::chrono::steady_clock::now() + limit;
+      const std::uint64_t deadline_ns = std_sync::now_ns() + static_cast<std::uint64_t>(limit.count());
+      if (!self().gate_.close(!self().forked(), deadline_ns)) return false;
+      const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+      return self().on_workers([&](auto& workers) { return workers.stop_for(left); });
+    }
+  }
+
+  // deferred.hpp's exit path: exit() called from destroy on this composition's own worker. Marks
+  // it shut down and tears down, on this thread, the rest of the worker's batch and everything
+  // queued (one_reaper only); false, changing nothing, anywhere else.
+  bool shut_down_on_own_worker() noexcept {
+    if constexpr (CompiledOut || !std::is_same_v<Workers, one_reaper>) {
+      return false;
+    } else {
+      // A shared worker is stopped for every sharer: this runs only at exit.
+      if (!self().on_workers([](auto& workers) { return detail::stop_on_own_worker(workers); })) return false;
+      self().stopped_.store(true, std::memory_order_relaxed);
+      if (self().shared()) (void)self().gate_.close(/*wait=*/false);  // the worker is stopped: inline
+      return true;
+    }
+  }
+
+ private:
+  D& self() noexcept { return static_cast<D&>(*this); }
+  const D& self() const noexcept { return static_cast<const D&>(*this); }
+};
+
+}  // namespace teardown::detail

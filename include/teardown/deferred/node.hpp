@@ -1,0 +1,123 @@
+// teardown/deferred/node.hpp — the node that carries one deferred object or mapping, the
+// composition's traits, and munmap's checks (internal: include teardown/deferred.hpp).
+//
+// One six-word node per object carries it (hook, memoised charge, the function that frees it,
+// the payload, munmap's length, and the owning domain for a shared worker's dispatch: 48 bytes,
+// which glibc serves from a 64-byte chunk), so one queue takes objects of every type. A node that
+// cannot be allocated sends its object down the inline path (deferred_domain counts it).
+//
+// Any thread. Memory ordering: none of its own; the node and its payload reach the reaper
+// through the llist (release add, acquire del_all).
+// Design: docs/design.md, "deferred.hpp: the node".
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "teardown/llist.hpp"
+#include "teardown/shared_worker.hpp"
+
+namespace teardown {
+
+namespace detail {
+
+// Frees a payload: deletes an object, or unmaps a range. May throw (a throwing destructor, a
+// failed munmap).
+using free_function = void (*)(void* payload, std::size_t length);
+
+// One per queued object or range: the single allocation deferring costs.
+struct deferred_node {
+  llist_node hook;
+  std::uint64_t charge = 0;    // the cost, read once; async_teardown memoises the charge here
+  free_function free_payload = nullptr;
+  void* payload = nullptr;
+  std::size_t length = 0;      // munmap's length; 0 for objects
+  void* owner = nullptr;       // the domain that queued it, for a shared worker's dispatch
+};
+
+struct deferred_traits {
+  static std::uint64_t cost(const deferred_node& node) noexcept { return node.charge; }
+  static bool eligible(const deferred_node&, std::uint64_t) noexcept { return true; }
+  static void prepare(deferred_node&) noexcept {}
+  static void destroy(deferred_node& node) {
+    const std::unique_ptr<deferred_node> owned(&node);  // freed even if the payload's free throws
+    node.free_payload(node.payload, node.length);
+  }
+  static std::uint64_t& charge(deferred_node& node) noexcept { return node.charge; }
+  static void*& owner(deferred_node& node) noexcept { return node.owner; }
+  // The trace points name the object (or the mapping), not its node: the inline paths that
+  // never allocate a node report the same id.
+  static std::uint64_t id(const deferred_node& node) noexcept {
+    return reinterpret_cast<std::uintptr_t>(node.payload);
+  }
+};
+
+template <class T>
+void delete_as(void* payload, std::size_t) {
+  delete static_cast<T*>(payload);
+}
+
+inline void unmap_range(void* addr, std::size_t length) {
+  if (::munmap(addr, length) != 0) {
+    const int error = errno;  // before the throw allocates
+    throw std::system_error(error, std::generic_category(), "teardown::async_munmap: munmap failed");
+  }
+}
+
+/// Fault injection for tests (not part of the API): the next N node allocations on the calling
+/// thread fail, as if the allocator were out of memory.
+inline thread_local std::uint32_t fail_next_node_allocations = 0;
+
+inline deferred_node* allocate_node() noexcept {
+  if (fail_next_node_allocations != 0) [[unlikely]] {
+    --fail_next_node_allocations;
+    return nullptr;
+  }
+  return new (std::nothrow) deferred_node;
+}
+
+inline std::size_t page_size() noexcept {
+  static const std::size_t size = [] {
+    const long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? static_cast<std::size_t>(page) : std::size_t{4096};
+  }();
+  return size;
+}
+
+// munmap's own checks that can be made without the kernel; throws std::invalid_argument naming
+// the problem. Returns the length rounded up to whole pages (what the munmap frees).
+inline std::size_t checked_unmap_length(const void* addr, std::size_t length) {
+  const auto where = reinterpret_cast<std::uintptr_t>(addr);
+  const std::size_t page = page_size();
+  if (addr == nullptr) throw std::invalid_argument("teardown::async_munmap: addr is null");
+  if (where % page != 0) {
+    throw std::invalid_argument("teardown::async_munmap: addr is not a multiple of the page size (" +
+                                std::to_string(page) + ")");
+  }
+  if (length == 0) throw std::invalid_argument("teardown::async_munmap: length is 0");
+  // The last byte unmapped is addr + rounded - 1 with rounded = last_offset + 1: it must not wrap.
+  const std::size_t last_offset = (length - 1) | (page - 1);
+  if (last_offset > std::numeric_limits<std::uintptr_t>::max() - where) {
+    throw std::invalid_argument("teardown::async_munmap: addr + length wraps around the address space");
+  }
+  return last_offset + 1;
+}
+
+}  // namespace detail
+
+// ---- the domain -----------------------------------------------------------------------------
+
+/// A worker several deferred_domains share (opts.worker; shared_worker.hpp).
+using deferred_worker = shared_worker<detail::deferred_node, &detail::deferred_node::hook, detail::deferred_traits>;
+
+}  // namespace teardown
