@@ -118,32 +118,26 @@ struct pressure_policy_stats {
 ///   trace_domain()                the domain of the policy's trace events
 ///   max_pending(), replace_max_pending(expected, desired)   the cap, read and replaced by CAS
 ///   drain(max_cost) -> drain_result   tear queued items down on the caller, oldest first
-///   worker_nice(), set_worker_nice(n) -> bool   the worker's nice value (true: applied)
+///   nice(), set_nice(n) -> bool   the worker's nice value (true: applied)
 ///   freeze(), thaw()              the freezer; thaw() throws std::logic_error when not frozen
-// The nice pair is spelled worker_nice()/set_worker_nice() until async_teardown and
-// deferred_domain have nice()/set_nice(); the model's worker_nice is already deprecated, so the
-// spelling is read with the deprecation warning off.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 template <class Target>
 concept pressure_target = requires(Target& target, const Target& read, std::uint64_t n, int nice_value) {
   { read.trace_domain() } -> std::convertible_to<std::uint64_t>;
   { read.max_pending() } -> std::convertible_to<std::uint64_t>;
   { target.replace_max_pending(n, n) } -> std::same_as<bool>;
   { target.drain(n) } -> std::same_as<drain_result>;
-  { read.worker_nice() } -> std::convertible_to<int>;
-  { target.set_worker_nice(nice_value) } -> std::same_as<bool>;
+  { read.nice() } -> std::convertible_to<int>;
+  { target.set_nice(nice_value) } -> std::same_as<bool>;
   target.freeze();
   target.thaw();
 };
-#pragma GCC diagnostic pop
 
 template <class Target>
 class pressure_policy final : private pressure_listener {
   static_assert(pressure_target<Target>,
                 "teardown::pressure_policy<Target>: Target must satisfy teardown::pressure_target: trace_domain(), "
                 "max_pending(), replace_max_pending(expected, desired) -> bool, drain(max_cost) -> drain_result, "
-                "worker_nice(), set_worker_nice(int) -> bool, freeze() and thaw()");
+                "nice(), set_nice(int) -> bool, freeze() and thaw()");
 
  public:
   /// Subscribes to `monitor`. Throws std::invalid_argument for bad options, or when `target`
@@ -219,13 +213,8 @@ class pressure_policy final : private pressure_listener {
   bool replace_cap(std::uint64_t expected, std::uint64_t desired) {
     return target_.replace_max_pending(expected, desired);
   }
-  // worker_nice()/set_worker_nice(): see pressure_target (the deprecation warning off until the
-  // spelling becomes nice()/set_nice()).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  int target_nice() const { return target_.worker_nice(); }
-  bool set_target_nice(int value) { return target_.set_worker_nice(value); }
-#pragma GCC diagnostic pop
+  int target_nice() const { return target_.nice(); }
+  bool set_target_nice(int value) { return target_.set_nice(value); }
 
   // ---- on the monitor thread (or in the destructor, after unsubscribe) --------------------
 

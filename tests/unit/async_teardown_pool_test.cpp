@@ -43,12 +43,7 @@
 
 #include "reaper_test_support.hpp"
 #include "teardown/async_teardown.hpp"
-// model/mm.hpp still calls async_teardown's old names (shutdown, worker_nice, stats().sync ...)
-// until the model follows the renames; its deprecation warnings are not this test's.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #include "teardown/model/mm.hpp"
-#pragma GCC diagnostic pop
 #include "test_support.hpp"
 
 namespace teardown_test {

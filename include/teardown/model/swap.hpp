@@ -213,11 +213,11 @@ class swap_release {
   /// Blocks until every batch queued before the call is released.
   void flush() { worker_.flush(); }
   /// Releases the backlog and stops the worker; later batches are released inline. May block.
-  void stop() { worker_.shutdown(); }
+  void stop() { worker_.stop(); }
   /// stop() that waits at most `timeout`: true iff the worker drained and was joined in time.
   template <class Rep, class Period>
   bool stop_for(std::chrono::duration<Rep, Period> timeout) {
-    return worker_.shutdown_for(timeout);
+    return worker_.stop_for(timeout);
   }
   std::uint64_t trace_domain() const noexcept { return worker_.trace_domain(); }
 
@@ -232,7 +232,7 @@ class swap_release {
     s.inline_entries = counts_.inline_entries.load(std::memory_order_relaxed);
     s.alloc_failures = counts_.alloc_failures.load(std::memory_order_relaxed);
     s.queued = worker.queued;
-    s.sync = worker.sync;
+    s.sync = worker.inline_total;
     if (device_) {
       s.used = device_->used();
       s.double_frees = device_->double_frees();

@@ -408,8 +408,8 @@ class basic_mm_system {
   /// The mm_reaper's nice value (19 unless mm_system_options::reaper says otherwise), and a new
   /// one: true if applied (the system may refuse a lower value). Throws std::invalid_argument
   /// outside [-20, 19].
-  int nice() const { return async_.worker_nice(); }
-  bool set_nice(int value) { return async_.set_worker_nice(value); }
+  int nice() const { return async_.nice(); }
+  bool set_nice(int value) { return async_.set_nice(value); }
   [[deprecated("use nice()")]] int worker_nice() const { return nice(); }
   [[deprecated("use set_nice()")]] bool set_worker_nice(int value) { return set_nice(value); }
   /// The concurrency gate: an eligible final exit tears down inline (decision::sync_uncontended)
@@ -469,7 +469,7 @@ class basic_mm_system {
   /// Tears down the backlog and stops the reaper, then the swap-release worker; later exits
   /// tear down, and release swap, inline. May block.
   void stop() {
-    async_.shutdown();
+    async_.stop();
     swap_release_.stop();
   }
   /// stop() that waits at most `timeout` for both workers together: true iff both drained
@@ -484,7 +484,7 @@ class basic_mm_system {
       return deadline == clock::time_point::max() ? clock::duration::max()
                                                   : std::max(clock::duration::zero(), deadline - clock::now());
     };
-    const bool mms = async_.shutdown_for(left());
+    const bool mms = async_.stop_for(left());
     const bool swap = swap_release_.stop_for(left());
     return mms && swap;
   }
@@ -501,10 +501,10 @@ class basic_mm_system {
   teardown::model::vmstat vmstat() const noexcept {
     const async_teardown_stats s = async_.stats();
     return {.queued = s.queued,
-            .sync = s.sync,
-            .rejected = s.rejected,
-            .stalled = s.stalled,
-            .uncontended = s.uncontended,
+            .sync = s.inline_total,
+            .rejected = s.inline_rejected,
+            .stalled = s.inline_stalled,
+            .uncontended = s.inline_uncontended,
             .reaped = s.reaped,
             .drained = s.drained,
             .pending_pages = s.pending};
@@ -513,7 +513,7 @@ class basic_mm_system {
   mm_system_stats stats() const noexcept {
     mm_system_stats s;
     s.vm = vmstat();
-    s.reaper = async_.reaper_statistics();
+    s.reaper = async_.worker_stats();
     s.oom_reap = oom_.stats();
     s.oom_reaper = oom_.worker_stats();
     s.swap = swap_release_.stats();
@@ -523,7 +523,7 @@ class basic_mm_system {
     return s;
   }
   [[deprecated("use stats().reaper")]] reaper_stats reaper_statistics() const noexcept {
-    return async_.reaper_statistics();
+    return async_.worker_stats();
   }
   [[deprecated("use stats().oom_reap")]] oom_reap_stats oom_reap_statistics() const noexcept { return oom_.stats(); }
   [[deprecated("use stats().oom_reaper")]] reaper_stats oom_reaper_statistics() const noexcept {
