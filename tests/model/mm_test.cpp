@@ -1626,7 +1626,7 @@ TEST_F(MmTest, StatsGathersEveryPartsCountersInOneSnapshot) {
   EXPECT_EQ(queued->exit(), decision::queued);
   auto victim = kernel.spawn(thresh);
   EXPECT_EQ(kernel.oom_kill(*victim), 1u);
-  EXPECT_EQ(victim->exit(), decision::sync_ineligible);
+  EXPECT_EQ(victim->exit(), decision::inline_ineligible);
   kernel.flush();
   kernel.flush_oom_reaper();
   const teardown::model::mm_system_stats s = kernel.stats();
@@ -1649,7 +1649,7 @@ TEST_F(MmTest, StopAndStopForStopBothWorkersAndAreIdempotent) {
   EXPECT_TRUE(kernel.stop_for(std::chrono::seconds(30)));
   EXPECT_FALSE(kernel.stats().reaper.running);
   auto t = kernel.spawn(large);
-  EXPECT_EQ(t->exit(), decision::sync_stopped);
+  EXPECT_EQ(t->exit(), decision::inline_stopped);
 }
 
 TEST_F(MmTest, NiceIsTheMmReapersAndSetNiceChecksTheRange) {
