@@ -305,7 +305,7 @@ TEST_F(SwapReleaseTest, BatchesBuiltAfterShutdownAreReleasedInlineAtOnce) {
   (void)task->exit();
   const swap_release_stats s = kernel.stats().swap;
   EXPECT_EQ(s.batches, 3u);
-  EXPECT_EQ(s.sync, 3u) << "put_chain after shutdown: decision::sync_stopped";
+  EXPECT_EQ(s.sync, 3u) << "put_chain after shutdown: decision::inline_stopped";
   EXPECT_EQ(s.released, 3u);
   expect_swap_all_free(kernel);
 }

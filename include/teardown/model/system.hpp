@@ -412,7 +412,7 @@ class basic_mm_system {
   bool set_nice(int value) { return async_.set_nice(value); }
   [[deprecated("use nice()")]] int worker_nice() const { return nice(); }
   [[deprecated("use set_nice()")]] bool set_worker_nice(int value) { return set_nice(value); }
-  /// The concurrency gate: an eligible final exit tears down inline (decision::sync_uncontended)
+  /// The concurrency gate: an eligible final exit tears down inline (decision::inline_uncontended)
   /// while fewer than this many final exits, its own included, are in flight. 1: off.
   std::uint64_t min_concurrent_exits() const noexcept { return async_.min_concurrent(); }
   /// Throws std::invalid_argument naming the knob, changing nothing, for 0 or above
