@@ -20,6 +20,18 @@
 
 namespace teardown {
 
+// A priority change to trace once no lock of ours is held (a hook may call into the reaper).
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+struct reaper<T, Hook, Fn, Queue>::priority_change {
+  pid_t tid = 0;  // 0: nothing changed
+  int before = 0;
+  int after = 0;
+  const char* reason = nullptr;
+  void emit(std::uint64_t domain) const noexcept {
+    if (tid != 0) trace::boost(tid, before, after, reason, domain);
+  }
+};
+
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 bool reaper<T, Hook, Fn, Queue>::set_nice(int value) {
   if (!detail::valid_nice(value)) {

@@ -29,9 +29,13 @@ template <class T, llist_node T::*Hook, class Fn, class Queue>
 reaper<T, Hook, Fn, Queue>::reaper(Fn fn, reaper_options opts, pool_link link)
     : fn_(std::move(fn)), opts_(detail::validated_reaper_options(std::move(opts), "teardown::reaper")), link_(link) {
   if (opts_.driven) {
-    if (link_.pool != nullptr) throw std::invalid_argument("teardown::reaper_pool: worker.driven: a pool's workers are threads");
+    if (link_.pool != nullptr) {
+      throw std::invalid_argument("teardown::reaper_pool: worker.driven: a pool's workers are threads");
+    }
     work_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (work_fd_ < 0) throw std::system_error(errno, std::generic_category(), "teardown::reaper: cannot create work_fd");
+    if (work_fd_ < 0) {
+      throw std::system_error(errno, std::generic_category(), "teardown::reaper: cannot create work_fd");
+    }
     gate_ = std::make_shared<detail::drive_gate>();
     gate_->reaper = this;
     gate_->run = [](void* self, drive_limits limits) { return static_cast<reaper*>(self)->run(limits); };
@@ -200,7 +204,8 @@ reaper_stats reaper<T, Hook, Fn, Queue>::stats() const noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::finish_caller_reap(llist_chain<T, Hook>&& declined, std::uint64_t completed_before) noexcept {
+void reaper<T, Hook, Fn, Queue>::finish_caller_reap(llist_chain<T, Hook>&& declined,
+                                                    std::uint64_t completed_before) noexcept {
   // Stopped already (an RMW that changes nothing: like the kick below, it is ordered against
   // the worker's STOPPED exchange): no worker will take them, and a put-back now could hand
   // an item enqueued before a settling flush to a hand counted after its flip, which that
@@ -262,7 +267,8 @@ void reaper<T, Hook, Fn, Queue>::drain_inline_counted() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::await_no_caller_reaps(std::unique_lock<mutex_type>& lock, typename clock_type::time_point deadline) {
+bool reaper<T, Hook, Fn, Queue>::await_no_caller_reaps(std::unique_lock<mutex_type>& lock,
+                                                       typename clock_type::time_point deadline) {
   const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };
   if (deadline == clock_type::time_point::max()) {
     control_changed_.wait(lock, no_caller_reaps);

@@ -17,6 +17,21 @@
 
 namespace teardown {
 
+// driving_ on (under control_mutex_) while this thread tears down, driving_here_ for fn.
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+struct reaper<T, Hook, Fn, Queue>::driving_scope {
+  reaper& self;
+  const reaper* previous;
+  explicit driving_scope(reaper& owner) noexcept : self(owner), previous(std::exchange(driving_here_, &owner)) {}
+  ~driving_scope() {
+    driving_here_ = previous;
+    const std::lock_guard lock(self.control_mutex_);
+    self.driving_ = false;
+    self.driver_parked_ = false;
+    self.control_changed_.notify_all();
+  }
+};
+
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 void reaper<T, Hook, Fn, Queue>::signal_work() noexcept {
   wakeups_.fetch_add(1, std::memory_order_relaxed);
@@ -179,7 +194,8 @@ bool reaper<T, Hook, Fn, Queue>::drive_stop(typename clock_type::time_point dead
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::lock_before(std::unique_lock<mutex_type>& lock, typename clock_type::time_point deadline) {
+bool reaper<T, Hook, Fn, Queue>::lock_before(std::unique_lock<mutex_type>& lock,
+                                             typename clock_type::time_point deadline) {
   if (deadline == clock_type::time_point::max()) {
     lock.lock();
     return true;

@@ -25,8 +25,7 @@ namespace teardown {
 enum class drain_order { oldest_first, newest_first };
 enum class sched_policy { other, batch, idle };
 
-/// What a fork() on another thread does about a running worker (see "Fork" in the header
-/// comment).
+/// What a fork() on another thread does about a running worker (see "Fork").
 enum class fork_policy {
   never_wait,     // fork() waits for nothing of the worker's; the child leaves the batch the
                   // worker had taken to the parent
@@ -172,7 +171,9 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
   if (opts.name.find('\0') != std::string::npos) refuse("name holds a NUL byte");
   if (opts.on_work && !opts.driven) refuse("on_work is set without driven; only a driven reaper signals work");
   if (opts.driven) {
-    const auto no_thread = [&](const char* what) { refuse(std::string(what) + " is set with driven; no thread of ours runs"); };
+    const auto no_thread = [&](const char* what) {
+      refuse(std::string(what) + " is set with driven; no thread of ours runs");
+    };
     if (opts.poll_interval.count() != 0) no_thread("poll_interval");
     if (opts.poll_interval_max.count() != 0) no_thread("poll_interval_max");
     if (!opts.cpus.empty()) no_thread("cpus");

@@ -76,7 +76,7 @@ llist_batch<T, Hook> take_queue(Queue& queue, bool sweep, bool oldest_first) noe
 }  // namespace detail
 
 /// What a reaper needs of its queue: llist's add, add_batch, del_all and empty, with their
-/// meanings (see "The queue" in the header comment). Default-constructed by the reaper.
+/// meanings (docs/design.md, "The queue"). Default-constructed by the reaper.
 template <class Queue, class T, llist_node T::*Hook>
 concept reaper_queue = std::default_initializable<Queue> && requires(Queue& queue, const Queue& view, T& item,
                                                                      llist_chain<T, Hook>&& chain) {
@@ -86,7 +86,7 @@ concept reaper_queue = std::default_initializable<Queue> && requires(Queue& queu
   { view.empty() } -> std::same_as<bool>;
 };
 
-/// Optional CPU accounting (RFC open question 3): if `teardown_cpu_owner(item)` is found by
+/// Optional CPU accounting (whose CPU the teardown is): if `teardown_cpu_owner(item)` is found by
 /// argument-dependent lookup and returns std::atomic<std::uint64_t>*, the CPU nanoseconds fn
 /// spends on that item are added there. It is called before fn (which may free the item), and
 /// what it returns must outlive the teardown.

@@ -90,7 +90,7 @@ class reaper final : private detail::fork_participant {
   template <class Reaper>
   friend bool detail::boost_for_waiter(Reaper& reaper, const char* reason) noexcept;
 
-  // A pool's hooks into its worker (see "In a pool" in the header comment); all null for a
+  // A pool's hooks into its worker (docs/design.md, "In a pool"); all null for a
   // reaper on its own. Set before the worker starts and never changed; all run on the worker.
   struct pool_link {
     void* pool = nullptr;
@@ -128,7 +128,7 @@ class reaper final : private detail::fork_participant {
   /// running on a freed reaper: it writes why to stderr and aborts.
   ~reaper();
 
-  /// Lock-free; see the header comment. fn's exceptions on the inline path go to on_error.
+  /// Lock-free; see reaper.hpp's table. fn's exceptions on the inline path go to on_error.
   /// Aborts, with a message on stderr, for an item that is already queued.
   void enqueue(T& item) noexcept {
     abort_if_queued(item, "teardown::reaper::enqueue");
@@ -230,7 +230,9 @@ class reaper final : private detail::fork_participant {
   /// std::logic_error if not driven, or from fn inside this reaper's run, flush or reap_on_caller.
   /// Blocking: runs the teardowns, and waits for another caller's run in progress.
   drive_result run(drive_limits limits = {}) {
-    if (!opts_.driven) throw std::logic_error("teardown::reaper::run: the reaper is not driven (reaper_options::driven)");
+    if (!opts_.driven) {
+      throw std::logic_error("teardown::reaper::run: the reaper is not driven (reaper_options::driven)");
+    }
     refuse_on_worker("run");
     const std::lock_guard drive(drive_mutex_);
     return run_locked(limits);
@@ -246,7 +248,7 @@ class reaper final : private detail::fork_participant {
   /// the reaper aborts. Wait-free.
   bool in_own_callback() const noexcept { return on_worker() || reaping_here_ == this || driving_here_ == this; }
 
-  /// Tears queued items down on the calling thread (a pressure valve: RFC open question 1).
+  /// Tears queued items down on the calling thread (a pressure valve under memory pressure).
   /// Every item the worker has not taken yet is offered, oldest first, to `take(T&)` (which
   /// may read the item but must not free or re-queue it);
   /// the accepted ones are torn down here (counted in inline_reaped, errors go to on_error as
@@ -310,11 +312,10 @@ class reaper final : private detail::fork_participant {
   }
 
   void worker_main() noexcept;
-
   void apply_setup() noexcept;
 
-  // Takes the queue into in_flight_, in run order (opts_.order). The watchdog's clock is cleared BEFORE the take: an add
-  // that lands after the clear is either in this take or, if after it, finds its clock clear
+  // Takes the queue into in_flight_, in run order (opts_.order). The watchdog's clock is cleared BEFORE the
+  // take: an add that lands after the clear is either in this take or, if after it, finds its clock clear
   // and starts it (enqueue), so a waiting item always has a clock. Cleared only when set, so
   // a poll of an idle queue writes no producer line. sweep: every shard of a sharded queue.
   void take_from_queue(bool sweep) noexcept;
@@ -342,9 +343,9 @@ class reaper final : private detail::fork_participant {
   // A freeze in the middle of a batch: the rest of the batch goes back on the queue, under (older
   // than) whatever was queued meanwhile, so that reap_on_caller reaches every item the frozen
   // worker has not started (a drain under memory pressure finds nothing stuck behind a freeze:
-  // seed 003's thawing of an OOM victim, for the queue). The worker takes them again after thaw.
-  // A producer racing the hand-back may land under them: an order slip, nothing lost. Worker
-  // only; returns how many went back.
+  // the OOM reaper series' thawing of a frozen victim, for the queue). The worker takes them
+  // again after thaw. A producer racing the hand-back may land under them: an order slip,
+  // nothing lost. Worker only; returns how many went back.
   std::size_t hand_back_in_flight() noexcept;
 
   void park_while_frozen(std::unique_lock<mutex_type>& lock) noexcept;
@@ -385,9 +386,6 @@ class reaper final : private detail::fork_participant {
 
   // ---- control plane ------------------------------------------------------------------------
 
-  // Ends a reap_on_caller: puts the declined items back and lets waiting flushes finish. A
-  // flush ticket the worker completed while this call held items proves nothing about them,
-  // so such tickets are completed again by the worker's next pass over the queue.
   // Ends a reap_on_caller: puts the declined items back and lets waiting flushes finish. A put-
   // back voids the worker's pass in progress and every flush ticket completed since this call
   // began (those passes may have run while this call held the items): the worker's next pass
@@ -402,7 +400,6 @@ class reaper final : private detail::fork_participant {
   static constexpr std::uint64_t hand_unit(bool side) noexcept { return side ? std::uint64_t{1} << 32 : 1; }
 
   std::uint64_t open_hand() noexcept;
-
   void close_hand(std::uint64_t unit) noexcept;
 
   // drain_inline() as a hand: the path of enqueue after stop and in a fork child.
@@ -414,8 +411,8 @@ class reaper final : private detail::fork_participant {
 
   // After the worker ended (or in a fork child): waits for every reap_on_caller in progress,
   // tears down what is queued, then waits out every hand counted before that. Flushers take
-  // turns from their drain on, so each flip leaves only older hands on the side waited for. False: the deadline
-  // passed first.
+  // turns from their drain on, so each flip leaves only older hands on the side waited for.
+  // False: the deadline passed first.
   bool settle_after_stop(typename clock_type::time_point deadline);
 
   // Under control_mutex_: tell the worker to look at the requests.
@@ -468,19 +465,9 @@ class reaper final : private detail::fork_participant {
   // thaw, stop or `deadline` instead (false at the deadline: `expired`).
   bool driven_frozen(bool wait, typename clock_type::time_point deadline, bool& expired);
 
-  // driving_ on (under control_mutex_) while this thread tears down, driving_here_ for fn.
-  struct driving_scope {
-    reaper& self;
-    const reaper* previous;
-    explicit driving_scope(reaper& owner) noexcept : self(owner), previous(std::exchange(driving_here_, &owner)) {}
-    ~driving_scope() {
-      driving_here_ = previous;
-      const std::lock_guard lock(self.control_mutex_);
-      self.driving_ = false;
-      self.driver_parked_ = false;
-      self.control_changed_.notify_all();
-    }
-  };
+
+  // driving_ on (under control_mutex_) while this thread tears down, driving_here_ for fn (drive.hpp).
+  struct driving_scope;
 
   // Lock-free check the next run would find something: the held rest or the queue.
   bool driven_more() const noexcept { return !in_flight_.empty() || !queue_.empty(); }
@@ -513,21 +500,13 @@ class reaper final : private detail::fork_participant {
 
   // ---- boost -------------------------------------------------------------------------------
 
-  // A priority change to trace once no lock of ours is held (a hook may call into the reaper).
-  struct priority_change {
-    pid_t tid = 0;  // 0: nothing changed
-    int before = 0;
-    int after = 0;
-    const char* reason = nullptr;
-    void emit(std::uint64_t domain) const noexcept {
-      if (tid != 0) trace::boost(tid, before, after, reason, domain);
-    }
-  };
+  // A priority change to trace once no lock of ours is held (a hook may call into the reaper; boost.hpp).
+  struct priority_change;
+
 
   // See "Boost". Any thread; takes nice_mutex_ (which may nest inside control_mutex_, never the
   // other way round). True if the worker now runs at the boost's nice or a more urgent one.
   bool raise_worker(const char* reason, priority_change& change) noexcept;
-
   bool raise_worker(const char* reason) noexcept;
 
   // On the worker, when a pass found its queue empty: back to its own nice. A raise that lands
@@ -542,9 +521,7 @@ class reaper final : private detail::fork_participant {
   bool parks_for_fork() const noexcept { return opts_.on_fork == fork_policy::wait_for_item && !on_worker(); }
 
   void fork_prepare() noexcept override;
-
   void fork_parent() noexcept override;
-
   void fork_child() noexcept override;
 
   // Cache lines are grouped by who writes them, so the worker's per-item writes do not take

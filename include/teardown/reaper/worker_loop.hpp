@@ -160,7 +160,7 @@ void reaper<T, Hook, Fn, Queue>::run_in_flight() noexcept {
     return;
   }
   // In a pool: while an item runs, the rest of the batch waits in held_, where an idle
-  // sibling may take it (see "In a pool" in the header comment); after the item, an exchange
+  // sibling may take it (docs/design.md, "In a pool"); after the item, an exchange
   // takes back whatever is still there. The item about to run is already off the batch.
   bool announced = false;
   while (T* item = in_flight_.pop_front()) {
