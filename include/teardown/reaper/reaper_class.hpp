@@ -332,8 +332,8 @@ class reaper final : private detail::fork_participant {
   void run_in_flight() noexcept;
 
   // In a pool: "my last pass found nothing to run, here or at a sibling" (spinning or asleep).
-  // Written only on a change; read by siblings' holding() (see "No lost watch" in
-  // reaper_pool.hpp).
+  // Written only on a change; read by siblings' holding() (docs/design.md,
+  // "No lost watch").
   void set_idle(bool idle) noexcept;
 
   // Between items: honour a freeze, and yield if the yield policy says so. True if it looked at

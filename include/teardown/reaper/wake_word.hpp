@@ -3,6 +3,15 @@
 // Out-of-line members of teardown::reaper (reaper_class.hpp declares them, with their contracts, and includes
 // this file at its end). Include teardown/reaper.hpp, not this file.
 //
+// No lost wake-up. The worker publishes SLEEPING in a state word with an atomic exchange before it sleeps; a
+// producer whose add found the queue empty sets KICKED with an atomic fetch_or and makes the futex syscall only
+// if it read SLEEPING. All writes to the state word are read-modify-writes, so they are totally ordered and each
+// reads the latest value: either the kick comes first, and the worker's SLEEPING exchange reads KICKED and does
+// not sleep, or the worker's exchange comes first, and the kick reads SLEEPING and wakes it. Items added behind a
+// non-empty queue need no kick, because the kick of the add that made it non-empty covers them.
+// tests/model/reaper_wakeup.pml checks this with the spin model checker. With a poll_interval the producers'
+// kick wakes nobody and the worker looks again within the interval ("Wake policy").
+//
 // Design: docs/design.md, "No lost wake-up".
 #pragma once
 

@@ -51,8 +51,8 @@ void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
       if (opts_.after_batch) call_after_batch();
     }
     // A batch a freeze handed back is not done: its flush waits for the pass that takes it
-    // again. (The rest of a batch a sibling took is that sibling's; see "Flush with
-    // stealing" in reaper_pool.hpp.)
+    // again. (The rest of a batch a sibling took is that sibling's; docs/design.md,
+    // "Flush with stealing".)
     const bool handed_back = std::exchange(handed_back_, false);
     if (flush_target_ != 0 && !handed_back) {
       // A put-back since this pass began (see "The barrier") leaves the ticket for the next.
@@ -170,7 +170,7 @@ void reaper<T, Hook, Fn, Queue>::run_in_flight() noexcept {
       if (announced) {
         item_started_ns_.store(now, std::memory_order_relaxed);
       } else {
-        // seq_cst: the batch's first start time pairs with the watchers' scan (reaper_pool.hpp,
+        // seq_cst: the batch's first start time pairs with the watchers' scan (docs/design.md,
         // "No lost watch").
         item_started_ns_.store(now, std::memory_order_seq_cst);
       }
