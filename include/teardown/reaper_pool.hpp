@@ -47,11 +47,12 @@
 // Memory ordering: as reaper's, per item: a producer's release add pairs with the acquire del_all of whichever
 // worker takes the item, thief included; a put-back is a release add_batch after that acquire, and a held batch
 // moves by exchanges on held_ (the holder's release replace_all, the taker's acquire del_all), so the next taker
-// sees the producer's writes too. item_started_ns_, watching_ and idle_ carry no data: seq_cst only where "No
-// lost watch" says, relaxed hints elsewhere. Pool control (steal_events_, freeze depth, exclusive flushes,
-// stopping) lives under steal_mutex_; steal_refused_ is a relaxed hint of it, re-checked under the mutex before
-// any steal. ready_ (release, at the end of the constructor; acquire in the hooks) publishes workers_ to the
-// workers. Wakes of siblings use the reaper's kick: an RMW on the sibling's state word (no lost wake-up).
+// sees the producer's writes too. A link's item_started_ns, watching and idle (reaper/pool_link.hpp) carry no
+// data: seq_cst only where "No lost watch" says, relaxed hints elsewhere. Pool control (steal_events_, freeze
+// depth, exclusive flushes, stopping) lives under steal_mutex_; steal_refused_ is a relaxed hint of it,
+// re-checked under the mutex before any steal. ready_ (release, at the end of the constructor; acquire in the
+// hooks) publishes workers_ to the workers. Wakes of siblings use the reaper's kick: an RMW on the sibling's
+// state word (no lost wake-up).
 //
 // Design: docs/design.md, "The reaper pool".
 #pragma once
@@ -105,20 +106,21 @@ class reaper_pool final : private detail::fork_participant {
         count_(cpus_.size()),
         steal_after_ns_(static_cast<std::uint64_t>(opts_.steal_after.count())),
         stealing_(opts_.steal && count_ > 1) {
+    // Every link exists before the first worker starts (a worker's hooks read its siblings' links).
+    for (std::size_t i = 0; stealing_ && i < count_; ++i) {
+      auto& link = *links_.emplace_back(std::make_unique<link_type>());
+      link.pool = this;
+      link.index = i;
+      link.steal = &reaper_pool::steal_entry;
+      link.watch = &reaper_pool::watch_entry;
+      link.holding = &reaper_pool::holding_entry;
+    }
     workers_.reserve(count_);
     for (std::size_t i = 0; i < count_; ++i) {
       reaper_options worker = opts_.worker;
       worker.name = detail::pool_worker_name(opts_.worker.name, i);
       worker.cpus = cpus_[i];
-      typename worker_type::pool_link link;
-      if (stealing_) {
-        link.pool = this;
-        link.index = i;
-        link.steal = &reaper_pool::steal_entry;
-        link.watch = &reaper_pool::watch_entry;
-        link.holding = &reaper_pool::holding_entry;
-      }
-      workers_.emplace_back(new worker_type(fn, std::move(worker), link));
+      workers_.emplace_back(new worker_type(fn, std::move(worker), stealing_ ? links_[i].get() : nullptr));
     }
     detail::fork_registry::instance().add(this);
     const std::lock_guard lock(steal_mutex_);
@@ -308,6 +310,8 @@ class reaper_pool final : private detail::fork_participant {
   }
 
  private:
+  using link_type = typename worker_type::pool_link;
+
   static constexpr int optimistic_rounds = 2;  // flush rounds that let steals go on
   static constexpr std::uint64_t min_watch_ns = 1'000'000;  // a watching sleep's least length
 
@@ -407,8 +411,8 @@ class reaper_pool final : private detail::fork_participant {
   // Relaxed snapshots (hints). Idle: its last pass found nothing to run, at home or at a
   // sibling, and no kick is pending: it spins or sleeps. Unkicked: no kick pending (idle, or
   // busy with a batch).
-  static bool idle(const worker_type& worker) noexcept {
-    return worker.idle_.load(std::memory_order_relaxed) && unkicked(worker);
+  bool idle(std::size_t worker) const noexcept {
+    return links_[worker]->idle.load(std::memory_order_relaxed) && unkicked(*workers_[worker]);
   }
   static bool unkicked(const worker_type& worker) noexcept {
     return (worker.state_.load(std::memory_order_relaxed) & (worker_type::kicked_bit | worker_type::stopped_bit)) == 0;
@@ -474,6 +478,9 @@ class reaper_pool final : private detail::fork_participant {
   bool stopping_ = false;
   atomic<bool> steal_refused_{true};  // written under steal_mutex_; read as a hint
 
+  // Each stealing worker's link (reaper/pool_link.hpp); empty when the pool does not steal. Written before the
+  // first worker starts; outlives the workers.
+  std::vector<std::unique_ptr<link_type>> links_;
   // Last: destroyed first, while what their hooks use still exists.
   std::vector<std::unique_ptr<worker_type>> workers_;
 };

@@ -26,10 +26,10 @@
 namespace teardown {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-reaper<T, Hook, Fn, Queue>::reaper(Fn fn, reaper_options opts, pool_link link)
+reaper<T, Hook, Fn, Queue>::reaper(Fn fn, reaper_options opts, pool_link* link)
     : fn_(std::move(fn)), opts_(detail::validated_reaper_options(std::move(opts), "teardown::reaper")), link_(link) {
   if (opts_.driven) {
-    if (link_.pool != nullptr) {
+    if (link_ != nullptr) {
       throw std::invalid_argument("teardown::reaper_pool: worker.driven: a pool's workers are threads");
     }
     work_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -33,6 +33,7 @@
 #include "teardown/llist.hpp"
 #include "teardown/reaper/driven.hpp"
 #include "teardown/reaper/options.hpp"
+#include "teardown/reaper/pool_link.hpp"
 #include "teardown/reaper/queue_concepts.hpp"
 #include "teardown/sync.hpp"
 #include "teardown/trace.hpp"
@@ -90,21 +91,9 @@ class reaper final : private detail::fork_participant {
   template <class Reaper>
   friend bool detail::boost_for_waiter(Reaper& reaper, const char* reason) noexcept;
 
-  // A pool's hooks into its worker (docs/design.md, "In a pool"); all null for a
-  // reaper on its own. Set before the worker starts and never changed; all run on the worker.
-  struct pool_link {
-    void* pool = nullptr;
-    std::size_t index = 0;  // this worker's index in the pool
-    // Called when the worker's own queue is empty: a batch taken from a sibling's queue or
-    // from the rest of a sibling's batch (newest first), its size in `taken`.
-    llist_batch<T, Hook> (*steal)(void* pool, std::size_t thief, std::size_t& taken) noexcept = nullptr;
-    // Called before the worker sleeps: how long it may sleep before it looks for a held batch
-    // to take (no_watch: until kicked; 0: look now).
-    std::uint64_t (*watch)(void* pool, std::size_t watcher) noexcept = nullptr;
-    // Called once per batch, when the worker first puts the rest of it in held_: wakes the
-    // siblings that sleep without watching.
-    void (*holding)(void* pool, std::size_t holder) noexcept = nullptr;
-  };
+  // A stealing pool's hooks into its worker and the worker's words its siblings read (pool_link.hpp), owned by
+  // the pool; null for a reaper on its own and in a pool that does not steal.
+  using pool_link = detail::pool_worker_link<T, Hook, sync_ops>;
   static constexpr std::uint64_t no_watch = ~std::uint64_t{0};
 
  public:
@@ -112,11 +101,11 @@ class reaper final : private detail::fork_participant {
 
   /// Starts the worker. Throws std::invalid_argument, starting nothing, for bad options (see
   /// reaper_options); std::system_error if the thread cannot be created.
-  explicit reaper(Fn fn, reaper_options opts = {}) : reaper(std::move(fn), std::move(opts), pool_link{}) {}
+  explicit reaper(Fn fn, reaper_options opts = {}) : reaper(std::move(fn), std::move(opts), nullptr) {}
 
  private:
-  // reaper_pool's constructor: a worker wired to its pool.
-  reaper(Fn fn, reaper_options opts, pool_link link);
+  // reaper_pool's constructor: a worker wired to its pool (link: null, or the pool's, outliving the worker).
+  reaper(Fn fn, reaper_options opts, pool_link* link);
 
  public:
   reaper(const reaper&) = delete;
@@ -537,7 +526,7 @@ class reaper final : private detail::fork_participant {
   mutable atomic<std::uint32_t> cpu_clock_pins_{0};  // stats() readers | clock_closed_bit
   atomic<std::uint32_t> setup_warnings_{0};
 
-  const pool_link link_;
+  pool_link* const link_;  // see pool_link; null: not in a stealing pool
   // 0: producers wake the worker (see "Wake policy").
   const std::uint64_t poll_ns_ = static_cast<std::uint64_t>(opts_.poll_interval.count());
   // Lazy polling's longest look; poll_ns_ when it does not back off.
@@ -564,11 +553,7 @@ class reaper final : private detail::fork_participant {
   // or back by the worker with an exchange); in a fork child, what the parked worker held
   // (fork_policy::wait_for_item).
   llist<T, Hook, typename sync_ops::atomics_policy> held_;
-  atomic<std::uint64_t> item_started_ns_{0};  // in a pool: when the item now run with a
-                                                   // held rest started; 0: nothing held
-  atomic<bool> watching_{false};  // in a pool: asleep with a time limit (see watch)
   atomic<std::uint64_t> stolen_{0};
-  atomic<bool> idle_{false};  // see set_idle
   atomic<std::uint64_t> reaped_{0};  // also by callers tearing down inline
   atomic<std::uint64_t> batches_{0};
   atomic<std::uint64_t> worker_cpu_ns_{0};

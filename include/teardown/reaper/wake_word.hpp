@@ -121,7 +121,7 @@ bool reaper<T, Hook, Fn, Queue>::sleep_until_kicked() noexcept {
   if (!(previous & kicked_bit)) {
     // In a pool, a sibling may hold a batch: sleep no longer than the pool says. A polling
     // worker sleeps no longer than its interval: producers do not wake it.
-    std::uint64_t most = link_.watch != nullptr ? link_.watch(link_.pool, link_.index) : no_watch;
+    std::uint64_t most = link_ != nullptr ? link_->watch(link_->pool, link_->index) : no_watch;
     if (poll_ns_ != 0) most = std::min(most, poll_limit_ns_.load(std::memory_order_relaxed));
     if (most != no_watch) last_sleep_limit_ns_ = most;
     if (most == no_watch) {

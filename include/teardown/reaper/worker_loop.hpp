@@ -39,14 +39,14 @@ void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
     take_from_queue(/*sweep=*/flush_target_ != 0);
     // In a pool, an empty queue means: help a sibling first. A steal here, between taking
     // this pass's ticket and completing it, runs before any ticket requested after it.
-    if (in_flight_.empty() && link_.steal != nullptr) {
+    if (in_flight_.empty() && link_ != nullptr) {
       std::size_t taken = 0;
-      in_flight_ = link_.steal(link_.pool, link_.index, taken);
+      in_flight_ = link_->steal(link_->pool, link_->index, taken);
       if (taken != 0) stolen_.fetch_add(taken, std::memory_order_relaxed);
     }
     const bool took = !in_flight_.empty();
     if (took) {
-      if (link_.steal != nullptr) set_idle(false);
+      if (link_ != nullptr) set_idle(false);
       run_in_flight();
       if (opts_.after_batch) call_after_batch();
     }
@@ -64,7 +64,7 @@ void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
       if (poll_ns_ != 0) poll_limit_ns_.store(poll_ns_, std::memory_order_relaxed);  // back to the short look
       continue;
     }
-    if (link_.steal != nullptr) set_idle(true);  // a sibling's holding() may now wake this one
+    if (link_ != nullptr) set_idle(true);  // a sibling's holding() may now wake this one
     lower_after_drain();
     // A worker that polls an idle queue does not spin at every look: the spin is for the
     // burst right after a batch or a kick.
@@ -152,7 +152,7 @@ void reaper<T, Hook, Fn, Queue>::run_in_flight() noexcept {
       (void)raise_worker("backlog");
     }
   }
-  if (link_.steal == nullptr) {
+  if (link_ == nullptr) {
     while (T* item = in_flight_.pop_front()) {
       tear_down(*item, /*on_worker=*/true);
       checkpoint();
@@ -168,32 +168,32 @@ void reaper<T, Hook, Fn, Queue>::run_in_flight() noexcept {
     if (holding) {
       const std::uint64_t now = sync_ops::now_ns();
       if (announced) {
-        item_started_ns_.store(now, std::memory_order_relaxed);
+        link_->item_started_ns.store(now, std::memory_order_relaxed);
       } else {
         // seq_cst: the batch's first start time pairs with the watchers' scan (docs/design.md,
         // "No lost watch").
-        item_started_ns_.store(now, std::memory_order_seq_cst);
+        link_->item_started_ns.store(now, std::memory_order_seq_cst);
       }
       (void)held_.replace_all(std::move(in_flight_));  // empty: only this thread puts nodes there
       if (!announced) {
         announced = true;
-        link_.holding(link_.pool, link_.index);
+        link_->holding(link_->pool, link_->index);
       }
     }
     tear_down(*item, /*on_worker=*/true);
     if (holding) in_flight_ = held_.del_all();  // ours again, or nothing: a sibling took it
     checkpoint();
   }
-  if (announced) item_started_ns_.store(0, std::memory_order_relaxed);
+  if (announced) link_->item_started_ns.store(0, std::memory_order_relaxed);
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 void reaper<T, Hook, Fn, Queue>::set_idle(bool idle) noexcept {
-  if (idle_.load(std::memory_order_relaxed) == idle) return;
+  if (link_->idle.load(std::memory_order_relaxed) == idle) return;
   if (idle) {
-    idle_.store(true, std::memory_order_seq_cst);  // seq_cst: pairs with holding()'s scan
+    link_->idle.store(true, std::memory_order_seq_cst);  // seq_cst: pairs with holding()'s scan
   } else {
-    idle_.store(false, std::memory_order_relaxed);
+    link_->idle.store(false, std::memory_order_relaxed);
   }
 }
 

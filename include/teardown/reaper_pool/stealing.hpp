@@ -130,7 +130,7 @@ llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal_held(std::size_t thi
   std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
   for (std::size_t k = 1; k < count_; ++k) {
     const std::size_t j = (thief + k) % count_;
-    const std::uint64_t started = workers_[j]->item_started_ns_.load(std::memory_order_relaxed);
+    const std::uint64_t started = links_[j]->item_started_ns.load(std::memory_order_relaxed);
     if (started == 0 || started >= earliest || now - std::min(now, started) < steal_after_ns_) continue;
     if (workers_[j]->held_.empty()) continue;
     victim = j;
@@ -169,21 +169,21 @@ template <class T, llist_node T::*Hook, class Fn, class Queue>
 std::uint64_t reaper_pool<T, Hook, Fn, Queue>::watch(std::size_t watcher) noexcept {
   // acquire: as in steal().
   if (!ready_.load(std::memory_order_acquire)) return worker_type::no_watch;
-  worker_type& self = *workers_[watcher];
-  // seq_cst: pairs with holding()'s load of watching_ (see "No lost watch").
-  self.watching_.store(false, std::memory_order_seq_cst);
+  link_type& self = *links_[watcher];
+  // seq_cst: pairs with holding()'s load of watching (see "No lost watch").
+  self.watching.store(false, std::memory_order_seq_cst);
   std::uint64_t earliest = 0;
   bool stealable = false;
   for (std::size_t k = 1; k < count_; ++k) {
-    const worker_type& sibling = *workers_[(watcher + k) % count_];
-    // seq_cst: pairs with the holder's first item_started_ns_ store of a batch.
-    const std::uint64_t started = sibling.item_started_ns_.load(std::memory_order_seq_cst);
+    const std::size_t j = (watcher + k) % count_;
+    // seq_cst: pairs with the holder's first item_started_ns store of a batch.
+    const std::uint64_t started = links_[j]->item_started_ns.load(std::memory_order_seq_cst);
     if (started == 0) continue;
     if (earliest == 0 || started < earliest) earliest = started;
-    if (!sibling.held_.empty()) stealable = true;
+    if (!workers_[j]->held_.empty()) stealable = true;
   }
   if (earliest == 0) return worker_type::no_watch;
-  self.watching_.store(true, std::memory_order_seq_cst);  // seq_cst: as above
+  self.watching.store(true, std::memory_order_seq_cst);  // seq_cst: as above
   if (steal_refused_.load(std::memory_order_relaxed)) return min_watch_ns;
   const std::uint64_t now = sync_ops::now_ns();
   const std::uint64_t ripe = earliest + steal_after_ns_;
@@ -196,11 +196,11 @@ void reaper_pool<T, Hook, Fn, Queue>::holding(std::size_t holder) noexcept {
   // acquire: as in steal().
   if (!ready_.load(std::memory_order_acquire)) return;
   for (std::size_t k = 1; k < count_; ++k) {
-    worker_type& sibling = *workers_[(holder + k) % count_];
+    const std::size_t j = (holder + k) % count_;
     // seq_cst: both pair with watch()'s stores and set_idle(true) (see "No lost watch").
-    if (sibling.watching_.load(std::memory_order_seq_cst)) continue;
-    if (!sibling.idle_.load(std::memory_order_seq_cst)) continue;
-    (void)sibling.kick();
+    if (links_[j]->watching.load(std::memory_order_seq_cst)) continue;
+    if (!links_[j]->idle.load(std::memory_order_seq_cst)) continue;
+    (void)workers_[j]->kick();
   }
 }
 
@@ -222,9 +222,9 @@ std::size_t reaper_pool<T, Hook, Fn, Queue>::wake_idle_siblings(std::size_t from
   std::size_t woken = 0;
   for (int pass = 0; pass < 2; ++pass) {
     for (std::size_t k = 1; k < count_ && woken < most; ++k) {
-      worker_type& sibling = *workers_[(from + k) % count_];
-      if (!(pass == 0 ? idle(sibling) : unkicked(sibling))) continue;
-      (void)sibling.kick();
+      const std::size_t j = (from + k) % count_;
+      if (!(pass == 0 ? idle(j) : unkicked(*workers_[j]))) continue;
+      (void)workers_[j]->kick();
       ++woken;
     }
   }
