@@ -1126,7 +1126,8 @@ TEST_F(ReaperPoolDeathTest, EnqueueOfAnItemStillQueuedAbortsWithAMessage) {
     job_pool pool(counting(), pool_options(2, steal));
     pool.freeze();  // the item stays queued
     pool.enqueue_to(0, jobs[0]);
-    EXPECT_DEATH(pool.enqueue(jobs[0]), "teardown::reaper_pool::enqueue: the item is already queued \\(element type .*job\\)");
+    EXPECT_DEATH(pool.enqueue(jobs[0]),
+                 "teardown::reaper_pool::enqueue: the item is already queued \\(element type .*job\\)");
     EXPECT_DEATH(pool.enqueue_to(1, jobs[0]), "teardown::reaper_pool::enqueue: the item is already queued");
     pool.thaw();
     pool.flush();

@@ -89,7 +89,8 @@ std::size_t thread_count_settled_at(std::size_t expected) {
   return n;
 }
 
-async_teardown_options on(const std::shared_ptr<worker_type>& worker, std::uint64_t max_pending = teardown::budget::max_cap) {
+async_teardown_options on(const std::shared_ptr<worker_type>& worker,
+                          std::uint64_t max_pending = teardown::budget::max_cap) {
   async_teardown_options opts;
   opts.worker = worker;
   opts.max_pending = max_pending;
@@ -451,7 +452,8 @@ using sched_reaper = teardown::reaper<sched_item, &sched_item::node, checked_rea
 // running): the put is either refused and torn down by its caller, or enqueued before the flush.
 template <bool WaitForPuts>
 sched::explore_result put_racing_shutdown(std::uint64_t schedules) {
-  return sched::explore({.name = WaitForPuts ? "shared worker: shutdown beside a put" : "planted: shutdown without the wait",
+  return sched::explore({.name = WaitForPuts ? "shared worker: shutdown beside a put"
+                                             : "planted: shutdown without the wait",
                          .schedules = schedules},
                         [] {
                           std::atomic<bool> gone{false};

@@ -214,7 +214,9 @@ class scheduler {
     me.waiting_on = &me;
     me.deadline = no_deadline;
     bool others = false;
-    for (int k = 0; k < next_slot_; ++k) others = others || slots_[static_cast<std::size_t>(k)].state == status::runnable;
+    for (int k = 0; k < next_slot_; ++k) {
+      others = others || slots_[static_cast<std::size_t>(k)].state == status::runnable;
+    }
     me.state = status::runnable;
     if (!others) return;
     me.state = status::blocked;
@@ -672,7 +674,8 @@ struct sync {
     if (detail::scheduler* s = detail::here()) {
       s->point(detail::self);
       if (detail::here() != nullptr) {
-        (void)s->block(detail::self, nullptr, detail::now_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(ns, 1)));
+        const std::uint64_t wait_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(ns, 1));
+        (void)s->block(detail::self, nullptr, detail::now_ns() + wait_ns);
         return;
       }
     }
@@ -807,7 +810,8 @@ inline run_outcome run_once(const explore_options& opts, strategy kind, std::uin
   return {s.failure(), s.steps(), s.threads(), s.decisions()};
 }
 
-inline std::string name_of(strategy kind, std::uint64_t seed, std::uint64_t steps, const std::vector<std::size_t>& path) {
+inline std::string name_of(strategy kind, std::uint64_t seed, std::uint64_t steps,
+                           const std::vector<std::size_t>& path) {
   switch (kind) {
     case strategy::mixed:  // a run is one or the other
     case strategy::pct: return "pct:" + std::to_string(seed) + ":" + std::to_string(steps);
