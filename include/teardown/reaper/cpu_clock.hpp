@@ -3,6 +3,16 @@
 // Out-of-line members of teardown::reaper (reaper_class.hpp declares them, with their contracts, and includes
 // this file at its end). Include teardown/reaper.hpp, not this file.
 //
+// The worker's CPU clock is readable through its pthread_t only while the thread exists. A stats() call pins the
+// clock (a count in cpu_clock_pins_) while it reads it; the exiting worker publishes its final CPU time, closes
+// the clock (clock_closed_bit) and waits until no pin is left before it returns, so stop() joins it only after
+// every read of its clock ended. Pins and the close are RMWs on one word: a pin taken before the close is waited
+// for, one taken after it sees the close and reads the final figure instead.
+// close_cpu_clock stores the figure twice: before the close, for readers that find the clock closed while pins
+// drain, and after, so that the final figure is at least every live reading (each ended before the drain). Only
+// a reader in between may see less than an earlier live reading: by the CPU time of a futex wake and a clock
+// read.
+//
 // Design: docs/design.md, "The reaper".
 #pragma once
 

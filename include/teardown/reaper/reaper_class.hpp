@@ -273,12 +273,7 @@ class reaper final : private detail::fork_participant {
   static constexpr std::uint32_t kicked_bit = 2;
   static constexpr std::uint32_t stopped_bit = 4;
 
-  // The worker's CPU clock is readable through its pthread_t only while the thread exists. A
-  // stats() call pins the clock (a count in cpu_clock_pins_) while it reads it; the exiting
-  // worker publishes its final CPU time, closes the clock (clock_closed_bit) and waits until no
-  // pin is left before it returns, so stop() joins it only after every read of its clock ended.
-  // Pins and the close are RMWs on one word: a pin taken before the close is waited for, one
-  // taken after it sees the close and reads the final figure instead.
+  // In cpu_clock_pins_: the exiting worker has closed its CPU clock (the pinning protocol: cpu_clock.hpp).
   static constexpr std::uint32_t clock_closed_bit = 1u << 31;
 
   // The worker thread's whole CPU time: read from its CPU clock while it runs (no cost on the
@@ -286,10 +281,7 @@ class reaper final : private detail::fork_participant {
   // Wait-free; the last pin to go after the close makes one futex wake.
   std::uint64_t worker_cpu_ns() const noexcept;
 
-  // On the worker, last: see clock_closed_bit. The figure is stored twice: before the close, for
-  // readers that find the clock closed while pins drain, and after, so that the final figure is
-  // at least every live reading (each ended before the drain). Only a reader in between may see
-  // less than an earlier live reading: by the CPU time of a futex wake and a clock read.
+  // On the worker, last: publishes the final CPU time and closes the clock (cpu_clock.hpp).
   void close_cpu_clock() noexcept;
 
   // ---- the worker -----------------------------------------------------------------------------
