@@ -33,7 +33,7 @@ struct reaper<T, Hook, Fn, Queue>::priority_change {
 };
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::set_nice(int value) {
+inline bool reaper<T, Hook, Fn, Queue>::set_nice(int value) {
   if (!detail::valid_nice(value)) {
     throw std::invalid_argument("teardown::reaper::set_nice: nice must be in [-20, 19], got " + std::to_string(value));
   }
@@ -45,7 +45,7 @@ bool reaper<T, Hook, Fn, Queue>::set_nice(int value) {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::raise_worker(const char* reason, priority_change& change) noexcept {
+inline bool reaper<T, Hook, Fn, Queue>::raise_worker(const char* reason, priority_change& change) noexcept {
   std::optional<int> target = opts_.boost_nice;
   if (!target) target = on_worker() ? creator_nice_ : detail::calling_thread_nice();
   if (!target) return false;
@@ -66,7 +66,7 @@ bool reaper<T, Hook, Fn, Queue>::raise_worker(const char* reason, priority_chang
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::raise_worker(const char* reason) noexcept {
+inline bool reaper<T, Hook, Fn, Queue>::raise_worker(const char* reason) noexcept {
   priority_change change;
   const bool raised = raise_worker(reason, change);
   change.emit(opts_.trace_domain);
@@ -74,7 +74,7 @@ bool reaper<T, Hook, Fn, Queue>::raise_worker(const char* reason) noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::lower_after_drain() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::lower_after_drain() noexcept {
   if (!boosted_.load(std::memory_order_relaxed)) return;
   priority_change change;
   {

@@ -26,7 +26,7 @@
 namespace teardown {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-reaper<T, Hook, Fn, Queue>::reaper(Fn fn, reaper_options opts, pool_link* link)
+inline reaper<T, Hook, Fn, Queue>::reaper(Fn fn, reaper_options opts, pool_link* link)
     : fn_(std::move(fn)), opts_(detail::validated_reaper_options(std::move(opts), "teardown::reaper")), link_(link) {
   if (opts_.driven) {
     if (link_ != nullptr) {
@@ -54,7 +54,7 @@ reaper<T, Hook, Fn, Queue>::reaper(Fn fn, reaper_options opts, pool_link* link)
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-reaper<T, Hook, Fn, Queue>::~reaper() {
+inline reaper<T, Hook, Fn, Queue>::~reaper() {
   if (on_worker()) {
     detail::fatal_misuse(
         "teardown::reaper::~reaper: the reaper is destroyed from its own worker (from fn); the worker would go "
@@ -80,7 +80,7 @@ reaper<T, Hook, Fn, Queue>::~reaper() {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::freeze() {
+inline void reaper<T, Hook, Fn, Queue>::freeze() {
   refuse_on_worker("freeze");
   std::unique_lock lock(control_mutex_);
   ++freeze_depth_;
@@ -106,7 +106,7 @@ void reaper<T, Hook, Fn, Queue>::freeze() {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::thaw() {
+inline void reaper<T, Hook, Fn, Queue>::thaw() {
   std::unique_lock lock(control_mutex_);
   if (freeze_depth_ == 0) throw std::logic_error("teardown::reaper::thaw: the reaper is not frozen");
   --freeze_depth_;
@@ -119,7 +119,7 @@ void reaper<T, Hook, Fn, Queue>::thaw() {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::stop() {
+inline void reaper<T, Hook, Fn, Queue>::stop() {
   refuse_on_worker("stop");
   if (opts_.driven) {
     (void)drive_stop(clock_type::time_point::max());
@@ -131,7 +131,7 @@ void reaper<T, Hook, Fn, Queue>::stop() {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 template <class Take>
-std::size_t reaper<T, Hook, Fn, Queue>::reap_on_caller(Take&& take) {
+inline std::size_t reaper<T, Hook, Fn, Queue>::reap_on_caller(Take&& take) {
   refuse_on_worker("reap_on_caller");
   std::uint64_t completed_before = 0;
   {
@@ -179,7 +179,7 @@ std::size_t reaper<T, Hook, Fn, Queue>::reap_on_caller(Take&& take) {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-reaper_stats reaper<T, Hook, Fn, Queue>::stats() const noexcept {
+inline reaper_stats reaper<T, Hook, Fn, Queue>::stats() const noexcept {
   reaper_stats s;
   s.enqueued = enqueued_.read();
   s.reaped = reaped_.load(std::memory_order_relaxed);
@@ -204,7 +204,7 @@ reaper_stats reaper<T, Hook, Fn, Queue>::stats() const noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::finish_caller_reap(llist_chain<T, Hook>&& declined,
+inline void reaper<T, Hook, Fn, Queue>::finish_caller_reap(llist_chain<T, Hook>&& declined,
                                                     std::uint64_t completed_before) noexcept {
   // Stopped already (an RMW that changes nothing: like the kick below, it is ordered against
   // the worker's STOPPED exchange): no worker will take them, and a put-back now could hand
@@ -239,7 +239,7 @@ void reaper<T, Hook, Fn, Queue>::finish_caller_reap(llist_chain<T, Hook>&& decli
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-std::uint64_t reaper<T, Hook, Fn, Queue>::open_hand() noexcept {
+inline std::uint64_t reaper<T, Hook, Fn, Queue>::open_hand() noexcept {
   std::uint64_t seen = inline_hands_.load(std::memory_order_relaxed);
   std::uint64_t unit = 0;
   // acq_rel: pairs with the flusher's flip. Counted before the flip: the flusher sees us. After
@@ -253,21 +253,21 @@ std::uint64_t reaper<T, Hook, Fn, Queue>::open_hand() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::close_hand(std::uint64_t unit) noexcept {
+inline void reaper<T, Hook, Fn, Queue>::close_hand(std::uint64_t unit) noexcept {
   // release: pairs with the flusher's acquire read of zero: our teardowns happen before its
   // flush returns.
   inline_hands_.fetch_sub(unit, std::memory_order_release);
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::drain_inline_counted() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::drain_inline_counted() noexcept {
   const std::uint64_t unit = open_hand();
   drain_inline();
   close_hand(unit);
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::await_no_caller_reaps(std::unique_lock<mutex_type>& lock,
+inline bool reaper<T, Hook, Fn, Queue>::await_no_caller_reaps(std::unique_lock<mutex_type>& lock,
                                                        typename clock_type::time_point deadline) {
   const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };
   if (deadline == clock_type::time_point::max()) {
@@ -278,7 +278,7 @@ bool reaper<T, Hook, Fn, Queue>::await_no_caller_reaps(std::unique_lock<mutex_ty
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::settle_after_stop(typename clock_type::time_point deadline) {
+inline bool reaper<T, Hook, Fn, Queue>::settle_after_stop(typename clock_type::time_point deadline) {
   {
     std::unique_lock lock(control_mutex_);
     if (!await_no_caller_reaps(lock, deadline)) return false;
@@ -314,7 +314,7 @@ bool reaper<T, Hook, Fn, Queue>::settle_after_stop(typename clock_type::time_poi
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::request_stop() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::request_stop() noexcept {
   std::unique_lock lock(control_mutex_);
   if (!worker_running_ || stop_requested_) return;
   stop_requested_ = true;
@@ -325,7 +325,7 @@ void reaper<T, Hook, Fn, Queue>::request_stop() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::await_stop(typename clock_type::time_point deadline) {
+inline bool reaper<T, Hook, Fn, Queue>::await_stop(typename clock_type::time_point deadline) {
   std::unique_lock lock(control_mutex_);
   const auto ended = [&] { return worker_done_ || !worker_running_; };
   if (deadline == clock_type::time_point::max()) {
@@ -351,7 +351,7 @@ bool reaper<T, Hook, Fn, Queue>::await_stop(typename clock_type::time_point dead
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::stop_here_on_own_worker() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::stop_here_on_own_worker() noexcept {
   {
     const std::lock_guard lock(control_mutex_);
     stop_requested_ = true;
@@ -370,14 +370,14 @@ void reaper<T, Hook, Fn, Queue>::stop_here_on_own_worker() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::flush_until(typename clock_type::time_point deadline) {
+inline bool reaper<T, Hook, Fn, Queue>::flush_until(typename clock_type::time_point deadline) {
   refuse_on_worker("flush");
   if (opts_.driven) return drive_flush(deadline);
   return await_flush(request_flush(), deadline);
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-std::uint64_t reaper<T, Hook, Fn, Queue>::request_flush() noexcept {
+inline std::uint64_t reaper<T, Hook, Fn, Queue>::request_flush() noexcept {
   std::unique_lock lock(control_mutex_);
   if (!worker_running_ || stop_requested_) return 0;
   const std::uint64_t ticket = ++flush_requested_;
@@ -388,7 +388,7 @@ std::uint64_t reaper<T, Hook, Fn, Queue>::request_flush() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::await_flush(std::uint64_t ticket, typename clock_type::time_point deadline) {
+inline bool reaper<T, Hook, Fn, Queue>::await_flush(std::uint64_t ticket, typename clock_type::time_point deadline) {
   std::unique_lock lock(control_mutex_);
   // Ticket 0: stopped, or stopping; the stop drains everything. Either way, once the worker
   // has ended, what it did not tear down is on the queue or in a caller's hands.
@@ -420,7 +420,7 @@ bool reaper<T, Hook, Fn, Queue>::await_flush(std::uint64_t ticket, typename cloc
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::refuse_on_worker(const char* operation) const {
+inline void reaper<T, Hook, Fn, Queue>::refuse_on_worker(const char* operation) const {
   if (on_worker()) {
     throw std::logic_error(std::string("teardown::reaper::") + operation +
                            ": called from the reaper's own worker (fn); it would wait for itself");

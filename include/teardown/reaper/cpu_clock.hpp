@@ -27,7 +27,7 @@
 namespace teardown {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-std::uint64_t reaper<T, Hook, Fn, Queue>::worker_cpu_ns() const noexcept {
+inline std::uint64_t reaper<T, Hook, Fn, Queue>::worker_cpu_ns() const noexcept {
   // A closed clock is never pinned again, so readers cannot keep the exiting worker waiting:
   // each pins at most once after the close. acquire (both): pairs with the release close in
   // close_cpu_clock(), so a reader that finds the clock closed sees the figure stored there.
@@ -55,7 +55,7 @@ std::uint64_t reaper<T, Hook, Fn, Queue>::worker_cpu_ns() const noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::close_cpu_clock() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::close_cpu_clock() noexcept {
   worker_cpu_ns_.store(detail::thread_cpu_ns(), std::memory_order_relaxed);
   // release: pairs with the acquire pin in worker_cpu_ns(), publishing the figure above.
   std::uint32_t pins = cpu_clock_pins_.fetch_or(clock_closed_bit, std::memory_order_release) | clock_closed_bit;

@@ -33,7 +33,7 @@ struct reaper<T, Hook, Fn, Queue>::driving_scope {
 };
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::signal_work() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::signal_work() noexcept {
   wakeups_.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t one = 1;
   (void)!::write(work_fd_, &one, sizeof one);  // EAGAIN only with the counter near 2^64: still readable
@@ -47,7 +47,7 @@ void reaper<T, Hook, Fn, Queue>::signal_work() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::take_driven(bool sweep) noexcept {
+inline void reaper<T, Hook, Fn, Queue>::take_driven(bool sweep) noexcept {
   take_from_queue(sweep);
   if (in_flight_.empty()) return;
   batches_.fetch_add(1, std::memory_order_relaxed);
@@ -59,14 +59,15 @@ void reaper<T, Hook, Fn, Queue>::take_driven(bool sweep) noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::run_one_driven() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::run_one_driven() noexcept {
   T* item = in_flight_.pop_front();
   tear_down(*item, /*on_worker=*/true);
   if (in_flight_.empty() && opts_.after_batch) call_after_batch();
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::driven_frozen(bool wait, typename clock_type::time_point deadline, bool& expired) {
+inline bool reaper<T, Hook, Fn, Queue>::driven_frozen(bool wait, typename clock_type::time_point deadline,
+                                                     bool& expired) {
   if (!control_requested_.load(std::memory_order_relaxed)) return false;
   std::unique_lock lock(control_mutex_);
   if (freeze_depth_ == 0 || stop_requested_) {
@@ -89,7 +90,7 @@ bool reaper<T, Hook, Fn, Queue>::driven_frozen(bool wait, typename clock_type::t
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-drive_result reaper<T, Hook, Fn, Queue>::run_locked(drive_limits limits) {
+inline drive_result reaper<T, Hook, Fn, Queue>::run_locked(drive_limits limits) {
   std::uint64_t value = 0;
   // Read before the take: an add after the take finds the queue empty and signals again.
   (void)!::read(work_fd_, &value, sizeof value);
@@ -123,7 +124,7 @@ drive_result reaper<T, Hook, Fn, Queue>::run_locked(drive_limits limits) {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::drive_flush(typename clock_type::time_point deadline) {
+inline bool reaper<T, Hook, Fn, Queue>::drive_flush(typename clock_type::time_point deadline) {
   if constexpr (planted_flush_skips_drive_lock) {
     for (T& item : take_queue(/*sweep=*/true, /*oldest_first=*/true)) tear_down(item, /*on_worker=*/true);
     return true;
@@ -168,7 +169,7 @@ bool reaper<T, Hook, Fn, Queue>::drive_flush(typename clock_type::time_point dea
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::drive_stop(typename clock_type::time_point deadline) {
+inline bool reaper<T, Hook, Fn, Queue>::drive_stop(typename clock_type::time_point deadline) {
   {
     const std::lock_guard lock(control_mutex_);
     stop_requested_ = true;
@@ -194,7 +195,7 @@ bool reaper<T, Hook, Fn, Queue>::drive_stop(typename clock_type::time_point dead
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::lock_before(std::unique_lock<mutex_type>& lock,
+inline bool reaper<T, Hook, Fn, Queue>::lock_before(std::unique_lock<mutex_type>& lock,
                                              typename clock_type::time_point deadline) {
   if (deadline == clock_type::time_point::max()) {
     lock.lock();

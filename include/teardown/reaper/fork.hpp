@@ -16,7 +16,7 @@
 namespace teardown {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::fork_prepare() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::fork_prepare() noexcept {
   if (!parks_for_fork()) return;
   std::unique_lock lock(control_mutex_);
   if (worker_running_) {
@@ -33,7 +33,7 @@ void reaper<T, Hook, Fn, Queue>::fork_prepare() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::fork_parent() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::fork_parent() noexcept {
   // A fork doubles what the parent's pages may cost (copy on write): a lazy worker looks now.
   if (poll_ns_ != 0 && !on_worker()) (void)hurry();
   if (!parks_for_fork()) return;
@@ -43,7 +43,7 @@ void reaper<T, Hook, Fn, Queue>::fork_parent() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::fork_child() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::fork_child() noexcept {
   if (on_worker() || driving_here_ == this) {
     // fork() from inside fn: the child's only thread is a copy of the worker in the middle
     // of fn. Such a child may only exec or _exit; enqueue there tears down inline.

@@ -26,7 +26,7 @@
 namespace teardown {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::enqueue_chain(llist_chain<T, Hook>&& chain) noexcept {
+inline void reaper<T, Hook, Fn, Queue>::enqueue_chain(llist_chain<T, Hook>&& chain) noexcept {
   if (chain.empty()) return;
   enqueued_.add(chain.size());
   // acquire: pairs with the worker's STOPPED exchange, as in enqueue().
@@ -40,7 +40,7 @@ void reaper<T, Hook, Fn, Queue>::enqueue_chain(llist_chain<T, Hook>&& chain) noe
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::abort_if_queued(T& item, std::string_view who) noexcept {
+inline void reaper<T, Hook, Fn, Queue>::abort_if_queued(T& item, std::string_view who) noexcept {
   if ((item.*Hook).on_list()) [[unlikely]] {
     detail::write_to_stderr(who);
     detail::write_to_stderr(": the item is already queued (element type ");
@@ -52,7 +52,7 @@ void reaper<T, Hook, Fn, Queue>::abort_if_queued(T& item, std::string_view who) 
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 template <bool ReportBacklog>
-std::uint64_t reaper<T, Hook, Fn, Queue>::enqueue_item(T& item) noexcept {
+inline std::uint64_t reaper<T, Hook, Fn, Queue>::enqueue_item(T& item) noexcept {
   enqueued_.add();
   // acquire: pairs with the worker's STOPPED exchange, so the inline path below sees the
   // queue as the worker left it.
@@ -77,7 +77,7 @@ std::uint64_t reaper<T, Hook, Fn, Queue>::enqueue_item(T& item) noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::kick_after_first_add() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::kick_after_first_add() noexcept {
   oldest_enqueue_ns_.store(sync_ops::now_ns(), std::memory_order_relaxed);
   // acq_rel: release publishes the add to a worker that reads KICKED; acquire pairs with the
   // worker's STOPPED exchange for the drain below.
@@ -93,7 +93,7 @@ void reaper<T, Hook, Fn, Queue>::kick_after_first_add() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::hurry() noexcept {
+inline bool reaper<T, Hook, Fn, Queue>::hurry() noexcept {
   if (opts_.driven) return false;  // no thread to wake: work_fd / on_work already said so
   if (!(kick() & sleeping_bit)) return false;
   hurries_.fetch_add(1, std::memory_order_relaxed);
@@ -101,7 +101,7 @@ bool reaper<T, Hook, Fn, Queue>::hurry() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::spin_found_work() const noexcept {
+inline bool reaper<T, Hook, Fn, Queue>::spin_found_work() const noexcept {
   for (std::uint32_t poll = 0; poll < opts_.spin_polls; ++poll) {
     if (!queue_.empty() || control_requested_.load(std::memory_order_relaxed)) return true;
 #if defined(__x86_64__) || defined(__i386__)
@@ -112,7 +112,7 @@ bool reaper<T, Hook, Fn, Queue>::spin_found_work() const noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::sleep_until_kicked() noexcept {
+inline bool reaper<T, Hook, Fn, Queue>::sleep_until_kicked() noexcept {
   bool limited = false;  // slept with a time limit
   // acq_rel: acquire pairs with a producer's kick (its add is then visible to our next
   // del_all); release lets a later kick's acquire see our state.
@@ -144,7 +144,7 @@ bool reaper<T, Hook, Fn, Queue>::sleep_until_kicked() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-std::uint32_t reaper<T, Hook, Fn, Queue>::kick() noexcept {
+inline std::uint32_t reaper<T, Hook, Fn, Queue>::kick() noexcept {
   // acq_rel for the same reasons as in enqueue.
   const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
   if (previous & sleeping_bit) sync_ops::futex_wake_one(state_);

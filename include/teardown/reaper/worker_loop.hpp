@@ -25,7 +25,7 @@
 namespace teardown {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
   worker_thread_ = pthread_self();
   worker_known_.store(true, std::memory_order_release);  // pairs with the acquire in on_worker
   apply_setup();
@@ -97,7 +97,7 @@ void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::apply_setup() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::apply_setup() noexcept {
   std::uint32_t warnings = 0;
 #if defined(__linux__)
   const std::string name = opts_.name.substr(0, 15);
@@ -130,14 +130,14 @@ void reaper<T, Hook, Fn, Queue>::apply_setup() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::take_from_queue(bool sweep) noexcept {
+inline void reaper<T, Hook, Fn, Queue>::take_from_queue(bool sweep) noexcept {
   batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
   if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);
   in_flight_ = take_queue(sweep, opts_.order == drain_order::oldest_first);
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::run_in_flight() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::run_in_flight() noexcept {
   batches_.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t since = std::exchange(batch_since_ns_, 0);
   if (since != 0) {
@@ -188,7 +188,7 @@ void reaper<T, Hook, Fn, Queue>::run_in_flight() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::set_idle(bool idle) noexcept {
+inline void reaper<T, Hook, Fn, Queue>::set_idle(bool idle) noexcept {
   if (link_->idle.load(std::memory_order_relaxed) == idle) return;
   if (idle) {
     link_->idle.store(true, std::memory_order_seq_cst);  // seq_cst: pairs with holding()'s scan
@@ -198,7 +198,7 @@ void reaper<T, Hook, Fn, Queue>::set_idle(bool idle) noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::checkpoint() noexcept {
+inline bool reaper<T, Hook, Fn, Queue>::checkpoint() noexcept {
   if (opts_.yield_after.count() > 0) {
     const std::uint64_t now = sync_ops::now_ns();
     if (now - last_yield_ns_ > static_cast<std::uint64_t>(opts_.yield_after.count())) {
@@ -217,7 +217,7 @@ bool reaper<T, Hook, Fn, Queue>::checkpoint() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-std::size_t reaper<T, Hook, Fn, Queue>::hand_back_in_flight() noexcept {
+inline std::size_t reaper<T, Hook, Fn, Queue>::hand_back_in_flight() noexcept {
   if (in_flight_.empty()) return 0;
   std::size_t count = 0;
   llist_chain<T, Hook> rest;  // front = newest, as on the queue
@@ -243,7 +243,7 @@ std::size_t reaper<T, Hook, Fn, Queue>::hand_back_in_flight() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::park_while_frozen(std::unique_lock<mutex_type>& lock) noexcept {
+inline void reaper<T, Hook, Fn, Queue>::park_while_frozen(std::unique_lock<mutex_type>& lock) noexcept {
   // A fork parks the worker even while it drains for stop(): the child must not copy an item
   // in the middle of fn.
   while ((freeze_depth_ > 0 && !stop_requested_) || fork_parking_) {
@@ -255,7 +255,7 @@ void reaper<T, Hook, Fn, Queue>::park_while_frozen(std::unique_lock<mutex_type>&
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::take_control_requests(std::uint64_t& flush_target) noexcept {
+inline bool reaper<T, Hook, Fn, Queue>::take_control_requests(std::uint64_t& flush_target) noexcept {
   std::unique_lock lock(control_mutex_);
   park_while_frozen(lock);
   if (stop_requested_) return false;
@@ -268,7 +268,7 @@ bool reaper<T, Hook, Fn, Queue>::take_control_requests(std::uint64_t& flush_targ
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper<T, Hook, Fn, Queue>::complete_flush(std::uint64_t ticket) noexcept {
+inline bool reaper<T, Hook, Fn, Queue>::complete_flush(std::uint64_t ticket) noexcept {
   const std::lock_guard lock(control_mutex_);
   if (put_backs_ != pass_put_backs_) {
     pass_put_backs_ = put_backs_;
@@ -281,7 +281,7 @@ bool reaper<T, Hook, Fn, Queue>::complete_flush(std::uint64_t ticket) noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::drain_on_worker() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::drain_on_worker() noexcept {
   for (;;) {
     take_from_queue(/*sweep=*/true);
     if (in_flight_.empty()) return;
@@ -290,7 +290,7 @@ void reaper<T, Hook, Fn, Queue>::drain_on_worker() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::report_error() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::report_error() noexcept {
   errors_.fetch_add(1, std::memory_order_relaxed);
   if (opts_.on_error) {
     try {
@@ -301,7 +301,7 @@ void reaper<T, Hook, Fn, Queue>::report_error() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::tear_down(T& item, bool on_worker) noexcept {
+inline void reaper<T, Hook, Fn, Queue>::tear_down(T& item, bool on_worker) noexcept {
   std::atomic<std::uint64_t>* owner = nullptr;
   std::uint64_t cpu_before = 0;
   if constexpr (cpu_accounted<T>) {
@@ -321,7 +321,7 @@ void reaper<T, Hook, Fn, Queue>::tear_down(T& item, bool on_worker) noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::call_after_batch() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::call_after_batch() noexcept {
   try {
     opts_.after_batch();
   } catch (...) {
@@ -330,7 +330,7 @@ void reaper<T, Hook, Fn, Queue>::call_after_batch() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper<T, Hook, Fn, Queue>::drain_inline() noexcept {
+inline void reaper<T, Hook, Fn, Queue>::drain_inline() noexcept {
   if (!held_.empty()) {
     for (T& item : held_.del_all()) tear_down_inline(item);
   }

@@ -22,7 +22,7 @@
 namespace teardown {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-bool reaper_pool<T, Hook, Fn, Queue>::flush_until(typename clock_type::time_point deadline) {
+inline bool reaper_pool<T, Hook, Fn, Queue>::flush_until(typename clock_type::time_point deadline) {
   refuse_on_workers("flush");
   std::vector<std::uint64_t> tickets(count_);
   std::uint64_t seen = 0;
@@ -60,7 +60,7 @@ bool reaper_pool<T, Hook, Fn, Queue>::flush_until(typename clock_type::time_poin
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal(std::size_t thief, std::size_t& taken) noexcept {
+inline llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal(std::size_t thief, std::size_t& taken) noexcept {
   taken = 0;
   // acquire: pairs with the constructor's release; workers_ is complete.
   if (!ready_.load(std::memory_order_acquire) || steal_refused_.load(std::memory_order_relaxed)) return {};
@@ -70,7 +70,8 @@ llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal(std::size_t thief, s
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal_queued(std::size_t thief, std::size_t& taken) noexcept {
+inline llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal_queued(std::size_t thief,
+                                                                         std::size_t& taken) noexcept {
   // The victim: the non-empty queue whose backlog started first; one without a start time
   // (its worker cleared it when it took a batch) only when none has one. Snapshots: a
   // victim may have emptied meanwhile, and then there is nothing to take.
@@ -117,14 +118,15 @@ llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal_queued(std::size_t t
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::as_batch(llist_chain<T, Hook>&& chain) noexcept {
+inline llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::as_batch(llist_chain<T, Hook>&& chain) noexcept {
   llist<T, Hook> shape;  // private to this call: no other thread sees it
   (void)shape.add_batch(std::move(chain));
   return shape.del_all();
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal_held(std::size_t thief, std::size_t& taken) noexcept {
+inline llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal_held(std::size_t thief,
+                                                                       std::size_t& taken) noexcept {
   const std::uint64_t now = sync_ops::now_ns();
   std::size_t victim = count_;
   std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
@@ -166,7 +168,7 @@ llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal_held(std::size_t thi
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-std::uint64_t reaper_pool<T, Hook, Fn, Queue>::watch(std::size_t watcher) noexcept {
+inline std::uint64_t reaper_pool<T, Hook, Fn, Queue>::watch(std::size_t watcher) noexcept {
   // acquire: as in steal().
   if (!ready_.load(std::memory_order_acquire)) return worker_type::no_watch;
   link_type& self = *links_[watcher];
@@ -192,7 +194,7 @@ std::uint64_t reaper_pool<T, Hook, Fn, Queue>::watch(std::size_t watcher) noexce
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper_pool<T, Hook, Fn, Queue>::holding(std::size_t holder) noexcept {
+inline void reaper_pool<T, Hook, Fn, Queue>::holding(std::size_t holder) noexcept {
   // acquire: as in steal().
   if (!ready_.load(std::memory_order_acquire)) return;
   for (std::size_t k = 1; k < count_; ++k) {
@@ -205,7 +207,7 @@ void reaper_pool<T, Hook, Fn, Queue>::holding(std::size_t holder) noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-void reaper_pool<T, Hook, Fn, Queue>::wake_for_backlog(std::size_t index, std::uint64_t since) noexcept {
+inline void reaper_pool<T, Hook, Fn, Queue>::wake_for_backlog(std::size_t index, std::uint64_t since) noexcept {
   // Polling workers (reaper_options::poll_interval): a producer never wakes anyone; an idle
   // sibling finds the backlog and steals at its next look.
   if (workers_[index]->poll_ns_ != 0) return;
@@ -218,7 +220,7 @@ void reaper_pool<T, Hook, Fn, Queue>::wake_for_backlog(std::size_t index, std::u
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-std::size_t reaper_pool<T, Hook, Fn, Queue>::wake_idle_siblings(std::size_t from, std::size_t most) noexcept {
+inline std::size_t reaper_pool<T, Hook, Fn, Queue>::wake_idle_siblings(std::size_t from, std::size_t most) noexcept {
   std::size_t woken = 0;
   for (int pass = 0; pass < 2; ++pass) {
     for (std::size_t k = 1; k < count_ && woken < most; ++k) {
