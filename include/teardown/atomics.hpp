@@ -27,9 +27,12 @@
 //   relaxed -> no suffix, acquire -> _acquire, release -> _release, acq_rel -> _full. On GCC
 //   and Clang libatomic_ops implements those with __atomic builtins, which ThreadSanitizer
 //   sees. It never calls AO_nop_*: a standalone fence is invisible to ThreadSanitizer, so no
-//   ordering in this library may rest on one. memory_order_seq_cst is not used anywhere in
-//   teardown; ao_atomics accepts it and gives it the strongest AO form it has (a _full RMW, or a
-//   _full compare-and-swap standing in for a load or store), which is at least acq_rel.
+//   ordering in this library may rest on one. No structure over an Atomics policy uses
+//   memory_order_seq_cst (the reaper pool's seq_cst words are its Sync policy's, sync.hpp);
+//   ao_atomics accepts it and gives it the strongest AO form it has (a _full RMW, or a _full
+//   compare-and-swap standing in for a load or store), which is at least acq_rel.
+//
+// Design: docs/design.md, "atomics: the policy".
 #pragma once
 
 #include <atomic>

@@ -49,18 +49,13 @@
 //   destructor          stop(). It is destroyed when its last holder goes: every composition
 //                       holds it (std::shared_ptr), so it outlives each of them.
 //
-// The gate: one 32-bit word per composition, a closed bit and the number of puts in flight
-// past the stopped check. A put adds one (relaxed: the word's RMWs are totally ordered, so it
-// reads closed or shutdown's fetch_or reads its count) and, once enqueued, subtracts it with
-// release; shutdown sets closed with an acquire fetch_or and waits (futex) until the word reads
-// closed alone, with acquire, pairing with the releases: every admitted put's enqueue happens
-// before the flush that follows, so the flush covers it. tests/schedule's
-// "shared worker: shutdown beside a put" drives it, and a gate that does not wait (WaitForPuts
-// = false) is caught there. In a fork child no parent thread is left to leave the gate, and the
-// child's worker is gone (its puts tear down inline), so there shutdown does not wait.
+// Memory ordering: the item (its owner slot included, written before the enqueue) reaches the worker through the
+// queue (release add, acquire del_all). The gate, one 32-bit word per composition (a closed bit and the puts in
+// flight past the stopped check): a put's increment is relaxed (the word's RMWs are totally ordered), its
+// decrement once enqueued a release; shutdown's closing fetch_or and its waits' loads are acquire, so every
+// admitted put's enqueue happens before the flush that follows.
 //
-// Memory ordering: the item (its owner slot included, written before the enqueue) reaches the
-// worker through the queue (release add, acquire del_all). See the gate above.
+// Design: docs/design.md, "The shared worker's gate".
 #pragma once
 
 #include <unistd.h>

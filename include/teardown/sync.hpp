@@ -26,6 +26,8 @@
 //
 //   std_sync is what the headers used before the policy existed: it adds no indirection, so a
 //   reaper over a default queue compiles to the same code.
+//
+// Design: docs/design.md, "sync: the worker's policy, and the deterministic scheduler".
 #pragma once
 
 #include <pthread.h>

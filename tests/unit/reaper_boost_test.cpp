@@ -284,7 +284,11 @@ TEST_F(ReaperBoostTest, ARaiseTheSystemRefusesIsCountedTracedAndChangesNothing) 
   boost_recorder recorder(domain);
   blocking_first probe;
   auto jobs = make_jobs(1);
-  job_reaper reaper(probe.fn(), {.name = "boost_refused", .trace_domain = domain});
+  // boost_after far away: the flush below must not raise the worker itself (on a loaded machine a nice-19
+  // worker takes longer than the default 10 ms to finish, and that raise would be a second event).
+  job_reaper reaper(probe.fn(), {.name = "boost_refused",
+                                 .boost_after = std::chrono::hours(1),
+                                 .trace_domain = domain});
   reaper.enqueue(jobs[0]);
   wait_until(probe.started);
   if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";

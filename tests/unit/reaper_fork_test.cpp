@@ -156,9 +156,9 @@ void register_child_unguard() {
 // fork_policy::wait_for_item: fork() while a worker is in the middle of a batch of guarded
 // jobs: teardown's fork handlers run while the jobs are inaccessible, so one that reads a job
 // kills the child (SIGSEGV). The child then tears the rest of the batch down, each job exactly
-// once, and so does the parent. `enqueue_batch` queues the jobs so that one worker takes them
-// whole; the one it makes the oldest (the blocker, not guarded) blocks until the fork waits for
-// the worker. Child exit code
+// once, and so does the parent.
+// `enqueue_batch` queues the jobs so that one worker takes them whole; the one it makes the
+// oldest (the blocker, not guarded) blocks until the fork waits for the worker. Child exit code
 // 2: the worker had finished the batch before the fork asked it to park (a weaker run).
 template <class Reaper, class EnqueueBatch>
 void fork_reads_no_item_held_or_queued(Reaper& reaper, guarded_jobs& jobs, job& blocker, std::latch& release,
@@ -426,8 +426,8 @@ TEST_F(ReaperForkTest, ForkWaitsForTheItemInFlightAndTheChildTearsDownTheRestOfT
 }
 
 // fork_policy::wait_for_item: fn enqueues from the worker (its first enqueue on that thread
-// takes sharded_counter's shard registry mutex) while a fork() waits for that very item: the fork
-// handlers must not hold that mutex while they wait for the worker.
+// takes sharded_counter's shard registry mutex) while a fork() waits for that very item: the
+// fork handlers must not hold that mutex while they wait for the worker.
 TEST_F(ReaperForkTest, ForkWaitingForAnItemWhoseFnEnqueuesDoesNotDeadlock) {
   auto jobs = make_jobs(2);
   std::latch release(1);

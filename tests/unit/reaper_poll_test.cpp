@@ -3,8 +3,8 @@
 // still runs, and the control plane (flush, freeze, stop, fork) wakes the worker at once instead
 // of waiting for its next look. Lazy polling (poll_interval_max): idle looks back off and work
 // brings them back; hurry() (a reaper's, a pool's, a fork's, async_teardown's past its mark, on
-// a refused charge or a lowered cap) wakes the worker at once. The tests assert behaviour: counts,
-// and that a call returns at all (bounded by a hang guard), never how long anything took.
+// a refused charge or a lowered cap) wakes the worker at once. The tests assert behaviour:
+// counts, and that a call returns at all (bounded by a hang guard), never how long anything took.
 #include <gtest/gtest.h>
 #include <sys/types.h>
 #include <unistd.h>

@@ -12,28 +12,52 @@ import subprocess
 import sys
 
 root = pathlib.Path(__file__).resolve().parents[3]
-R = 'include/teardown/reaper.hpp'; P = 'include/teardown/reaper_pool.hpp'; T = 'include/teardown/trace.hpp'
+H = 'include/teardown/'
+WAKE = H + 'reaper/wake_word.hpp'      # the producers' path and the wake word
+LOOP = H + 'reaper/worker_loop.hpp'    # the worker's pass
+CONTROL = H + 'reaper/control.hpp'     # flush tickets, the hand count, freeze, stop
+QUEUE = H + 'reaper/queue_concepts.hpp'
+CLASS = H + 'reaper/reaper_class.hpp'
+STEAL = H + 'reaper_pool/stealing.hpp'
+T = H + 'trace.hpp'
+# name: (file, text to replace (exactly once), the bug, the schedule tests that must catch it)
 plants = {
- 'wake': (R, """    const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
-    if (previous & stopped_bit) {
-      drain_inline_counted();""", """    const std::uint32_t previous = state_.load(std::memory_order_acquire);
-    state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
-    if (previous & stopped_bit) {
-      drain_inline_counted();""", 'ScheduleTest.WakeSleep*'),
- 'putback': (R, "    if (put_backs_ != pass_put_backs_) {\n      pass_put_backs_ = put_backs_;\n      request_locked();\n      return false;",
-             "    if (false && put_backs_ != pass_put_backs_) {\n      pass_put_backs_ = put_backs_;\n      request_locked();\n      return false;", 'ScheduleTest.FlushIsABarrierBesideReapOnCaller'),
- 'shardflags': (R, "    if (sweep) {\n      if constexpr (has_oldest_first_sweep", "    if (false && sweep) {\n      if constexpr (has_oldest_first_sweep", 'ScheduleTest.FlushOverAShardedQueueSeesEveryShard'),
- 'uncounted_drain': (R, "    const std::uint64_t unit = open_hand();\n    drain_inline();\n    close_hand(unit);", "    drain_inline();", 'ScheduleTest.StopCovers*'),
- 'stop_ignores_caller_reaps': (R, "const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };", "const auto no_caller_reaps = [&] { return true; };", 'ScheduleTest.StopCovers*'),
- 'freeze_early': (R, "control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_ || stop_requested_; });", "control_changed_.wait(lock, [&] { return true || worker_parked_ || !worker_running_ || stop_requested_; });", 'ScheduleTest.FreezeParks*'),
- 'pool_trusts_round': (P, "if (steal_events_ == seen) return true;", "if (steal_events_ == seen || true) return true;", 'ScheduleTest.PoolFlush*'),
- 'watchdog_after_take': (R, """    batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
-    if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);
-    in_flight_ = take_queue(sweep, opts_.order == drain_order::oldest_first);""", """    in_flight_ = take_queue(sweep, opts_.order == drain_order::oldest_first);
-    batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
-    if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);""", 'ScheduleTest.StallWatchdog*'),
- 'nice_takes_control': (R, "  int nice() const {\n    const std::lock_guard lock(nice_mutex_);", "  int nice() const {\n    const std::lock_guard lock(control_mutex_);", 'ScheduleTest.ForkParks*'),
- 'emit_twice': (T, "if (fn == nullptr || std::find(called.begin(), called.begin() + calls, fn) != called.begin() + calls) continue;", "if (fn == nullptr) continue;", 'ScheduleTest.OneEmit*'),
+ 'wake': (WAKE, """  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+  if (previous & stopped_bit) {
+    drain_inline_counted();""", """  const std::uint32_t previous = state_.load(std::memory_order_acquire);
+  state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+  if (previous & stopped_bit) {
+    drain_inline_counted();""", 'ScheduleTest.WakeSleep*'),
+ 'putback': (LOOP,
+             "  if (put_backs_ != pass_put_backs_) {\n    pass_put_backs_ = put_backs_;\n    request_locked();\n"
+             "    return false;",
+             "  if (false && put_backs_ != pass_put_backs_) {\n    pass_put_backs_ = put_backs_;\n"
+             "    request_locked();\n    return false;", 'ScheduleTest.FlushIsABarrierBesideReapOnCaller'),
+ 'shardflags': (QUEUE, "    if (sweep) {\n      if constexpr (has_oldest_first_sweep",
+                "    if (false && sweep) {\n      if constexpr (has_oldest_first_sweep",
+                'ScheduleTest.FlushOverAShardedQueueSeesEveryShard'),
+ 'uncounted_drain': (CONTROL, "  const std::uint64_t unit = open_hand();\n  drain_inline();\n  close_hand(unit);",
+                     "  drain_inline();", 'ScheduleTest.StopCovers*'),
+ 'stop_ignores_caller_reaps': (CONTROL, "const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };",
+                               "const auto no_caller_reaps = [&] { return true; };", 'ScheduleTest.StopCovers*'),
+ 'freeze_early': (CONTROL,
+                  "control_changed_.wait(lock, [&] { return worker_parked_ || !worker_running_ || stop_requested_; });",
+                  "control_changed_.wait(lock, [&] { return true || worker_parked_ || !worker_running_ || "
+                  "stop_requested_; });", 'ScheduleTest.FreezeParks*'),
+ 'pool_trusts_round': (STEAL, "if (steal_events_ == seen) return true;",
+                       "if (steal_events_ == seen || true) return true;", 'ScheduleTest.PoolFlush*'),
+ 'watchdog_after_take': (LOOP, """  batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
+  if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);
+  in_flight_ = take_queue(sweep, opts_.order == drain_order::oldest_first);""",
+                         """  in_flight_ = take_queue(sweep, opts_.order == drain_order::oldest_first);
+  batch_since_ns_ = oldest_enqueue_ns_.load(std::memory_order_relaxed);
+  if (batch_since_ns_ != 0) batch_since_ns_ = oldest_enqueue_ns_.exchange(0, std::memory_order_relaxed);""",
+                         'ScheduleTest.StallWatchdog*'),
+ 'nice_takes_control': (CLASS, "  int nice() const {\n    const std::lock_guard lock(nice_mutex_);",
+                        "  int nice() const {\n    const std::lock_guard lock(control_mutex_);",
+                        'ScheduleTest.ForkParks*'),
+ 'emit_twice': (T, "if (fn == nullptr || std::find(called.begin(), called.begin() + calls, fn) != "
+                "called.begin() + calls) continue;", "if (fn == nullptr) continue;", 'ScheduleTest.OneEmit*'),
 }
 names = sys.argv[1:] or list(plants)
 for name in names:
@@ -43,12 +67,15 @@ for name in names:
     assert text.count(old) == 1, (name, text.count(old))
     path.write_text(text.replace(old, new))
     try:
-        b = subprocess.run(['cmake', '--build', '--preset', 'default', '-j1', '--target', 'reaper_schedule_test'], cwd=root, capture_output=True, text=True)
+        b = subprocess.run(['cmake', '--build', '--preset', 'default', '-j1', '--target', 'reaper_schedule_test'],
+                           cwd=root, capture_output=True, text=True)
         if b.returncode != 0:
             print(f'== {name}: BUILD FAILED\n' + b.stdout[-2000:]); continue
-        r = subprocess.run(['timeout', '600', 'build/default/tests/reaper_schedule_test', f'--gtest_filter={flt}'], cwd=root, capture_output=True, text=True)
+        r = subprocess.run(['timeout', '600', 'build/default/tests/reaper_schedule_test', f'--gtest_filter={flt}'],
+                           cwd=root, capture_output=True, text=True)
         out = r.stdout + r.stderr
-        lines = [l for l in out.splitlines() if 'schedule' in l.lower() and ('fail' in l.lower() or 'deadlock' in l.lower() or 'livelock' in l.lower() or 'replay' in l.lower())]
+        lines = [l for l in out.splitlines() if 'schedule' in l.lower() and any(
+            w in l.lower() for w in ('fail', 'deadlock', 'livelock', 'replay'))]
         print(f'== {name} ({flt}): rc={r.returncode}')
         for l in (lines or out.splitlines()[-8:])[:6]: print('   ', l[:400])
         print('   ', [l for l in out.splitlines() if l.startswith('[  ')][-3:])

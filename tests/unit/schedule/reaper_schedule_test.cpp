@@ -330,8 +330,9 @@ TEST(ScheduleTest, StallWatchdogSeesAnItemQueuedBehindABlockedOne) {
     // Every enqueue has returned: an item no take has taken is on the queue.
     bool queued = false;
     for (const item& x : all) queued = queued || !x.taken.load(std::memory_order_relaxed);
-    if (queued)
+    if (queued) {
       sched::check(reaper.stalled(), "an item queued for 100 ms behind a blocked one, and stalled() is false");
+    }
     reaper.flush();
     expect_once_each(all, "after flush");
   });
@@ -343,8 +344,9 @@ TEST(ScheduleTest, StallWatchdogSeesAnItemQueuedBehindABlockedOne) {
 // deadlocks; the child (which exits at once) runs without the scheduler; in the parent
 // everything runs once.
 TEST(ScheduleTest, ForkParksTheWorkerWhileFnCallsNice) {
-  if (!sched::detail::fork_safe())
+  if (!sched::detail::fork_safe()) {
     GTEST_SKIP() << "madvise(MADV_WIPEONFORK) refused: a child would run under the scheduler";
+  }
   const auto result = sched::explore({.name = "fork parking", .schedules = schedules}, [] {
     std::vector<item> all = items(3);
     struct calls_nice {

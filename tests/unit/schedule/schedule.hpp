@@ -214,8 +214,9 @@ class scheduler {
     me.waiting_on = &me;
     me.deadline = no_deadline;
     bool others = false;
-    for (int k = 0; k < next_slot_; ++k)
+    for (int k = 0; k < next_slot_; ++k) {
       others = others || slots_[static_cast<std::size_t>(k)].state == status::runnable;
+    }
     me.state = status::runnable;
     if (!others) return;
     me.state = status::blocked;
@@ -673,8 +674,8 @@ struct sync {
     if (detail::scheduler* s = detail::here()) {
       s->point(detail::self);
       if (detail::here() != nullptr) {
-        (void)s->block(detail::self, nullptr,
-                       detail::now_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(ns, 1)));
+        const std::uint64_t wait_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(ns, 1));
+        (void)s->block(detail::self, nullptr, detail::now_ns() + wait_ns);
         return;
       }
     }

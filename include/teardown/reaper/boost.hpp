@@ -1,0 +1,95 @@
+// teardown/reaper/boost.hpp — priority boosts: set_nice, raising the worker and lowering it after a drain.
+//
+// Out-of-line members of teardown::reaper (reaper_class.hpp declares them, with their contracts, and includes
+// this file at its end). Include teardown/reaper.hpp, not this file.
+//
+// Design: docs/design.md, "Boost".
+#pragma once
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "teardown/reaper/reaper_class.hpp"
+#include "teardown/trace.hpp"
+#include "teardown/worker_thread.hpp"
+
+namespace teardown {
+
+// A priority change to trace once no lock of ours is held (a hook may call into the reaper).
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+struct reaper<T, Hook, Fn, Queue>::priority_change {
+  pid_t tid = 0;  // 0: nothing changed
+  int before = 0;
+  int after = 0;
+  const char* reason = nullptr;
+  void emit(std::uint64_t domain) const noexcept {
+    if (tid != 0) trace::boost(tid, before, after, reason, domain);
+  }
+};
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+inline bool reaper<T, Hook, Fn, Queue>::set_nice(int value) {
+  if (!detail::valid_nice(value)) {
+    throw std::invalid_argument("teardown::reaper::set_nice: nice must be in [-20, 19], got " + std::to_string(value));
+  }
+  const std::lock_guard lock(nice_mutex_);
+  nice_ = value;
+  boosted_.store(false, std::memory_order_relaxed);  // under nice_mutex_
+  if (opts_.driven) return false;  // no thread of ours to apply it to
+  return worker_tid_ == 0 || setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), value) == 0;
+}
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+inline bool reaper<T, Hook, Fn, Queue>::raise_worker(const char* reason, priority_change& change) noexcept {
+  std::optional<int> target = opts_.boost_nice;
+  if (!target) target = on_worker() ? creator_nice_ : detail::calling_thread_nice();
+  if (!target) return false;
+  const std::lock_guard lock(nice_mutex_);
+  if (worker_tid_ == 0) return false;
+  const int current = boosted_.load(std::memory_order_relaxed) ? boosted_nice_ : nice_;
+  if (*target >= current) return true;
+  change = {worker_tid_, current, *target, reason};
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), *target) != 0) {
+    boosts_refused_.fetch_add(1, std::memory_order_relaxed);
+    change.reason = "refused";
+    return false;
+  }
+  boosted_nice_ = *target;
+  boosted_.store(true, std::memory_order_relaxed);  // under nice_mutex_
+  boosts_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+inline bool reaper<T, Hook, Fn, Queue>::raise_worker(const char* reason) noexcept {
+  priority_change change;
+  const bool raised = raise_worker(reason, change);
+  change.emit(opts_.trace_domain);
+  return raised;
+}
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+inline void reaper<T, Hook, Fn, Queue>::lower_after_drain() noexcept {
+  if (!boosted_.load(std::memory_order_relaxed)) return;
+  priority_change change;
+  {
+    const std::lock_guard lock(nice_mutex_);
+    if (!boosted_.load(std::memory_order_relaxed)) return;  // set_nice ended it
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), nice_);
+    boosted_.store(false, std::memory_order_relaxed);
+    change = {worker_tid_, boosted_nice_, nice_, "drained"};
+  }
+  change.emit(opts_.trace_domain);
+}
+
+template <class Reaper>
+bool detail::boost_for_waiter(Reaper& reaper, const char* reason) noexcept {
+  return reaper.boost_ns_ != 0 && reaper.raise_worker(reason);
+}
+
+}  // namespace teardown
