@@ -30,7 +30,7 @@
 //                          before it is done; stop: the same, then joins; stop_for: at most d).
 //   wait_for_budget        any thread but the worker; blocks until bytes_in_teardown() <= bytes
 //                          or the timeout (a futex on a word bumped after each release). A wait
-//                          past 10 ms raises the worker to the waiter's nice (reaper.hpp, "Boost").
+//                          past 10 ms raises the worker to the waiter's nice (docs/design.md, "Boost").
 //   nice, set_nice         any thread: the worker's nice value (options.nice at start).
 //   stats, worker_stats, bytes_in_teardown, trace_domain   any thread; wait-free snapshots.
 //   destructor             stop(): every process queued is still released, on the worker.

@@ -17,7 +17,7 @@
 // Kept per composition: the counters (stats(), errors included), the budget (its own or its
 // shared_budget), the threshold, the toggle, the concurrency gate, the trace domain (each reap
 // event names the owning composition's), the allocator trimmer. Shared: the worker's own
-// statistics (reaper_statistics() is the shared worker's), its nice value, hurry, the stall
+// statistics (worker_stats() is the shared worker's), its nice value, hurry, the stall
 // watchdog, and boost events (which carry the shared worker's trace_domain()).
 //
 // Who may call what on a composition given a shared worker (besides async_teardown's table)
@@ -26,14 +26,14 @@
 //                       before the call, a stronger barrier than the composition's own.
 //   freeze, thaw        freeze and thaw the shared worker: the worker parks for every sharer
 //                       (their puts keep queuing behind it, each up to its own budget), and
-//                       a sharer's shutdown or flush waits for the thaw.
+//                       a sharer's stop or flush waits for the thaw.
 //   drain               offers only this composition's items; the others' are declined and go
 //                       back on the queue (behind items added meanwhile).
-//   shutdown, shutdown_for, destructor
+//   stop, stop_for, destructor
 //                       never stop the shared worker. The composition stops queuing (puts
-//                       tear down inline, sync_stopped), waits until every put of its own that
+//                       tear down inline, inline_stopped), waits until every put of its own that
 //                       passed the stopped check has enqueued (the gate), then flushes the
-//                       shared worker, so no item of its own is left queued. shutdown_for
+//                       shared worker, so no item of its own is left queued. stop_for
 //                       bounds both waits. A put blocked in prepare holds the wait up.
 //                       Destroying a composition from the shared worker's callback (any
 //                       sharer's destroy on the worker, or inside a drain) aborts with a message.
@@ -52,7 +52,7 @@
 // Memory ordering: the item (its owner slot included, written before the enqueue) reaches the worker through the
 // queue (release add, acquire del_all). The gate, one 32-bit word per composition (a closed bit and the puts in
 // flight past the stopped check): a put's increment is relaxed (the word's RMWs are totally ordered), its
-// decrement once enqueued a release; shutdown's closing fetch_or and its waits' loads are acquire, so every
+// decrement once enqueued a release; stop's closing fetch_or and its waits' loads are acquire, so every
 // admitted put's enqueue happens before the flush that follows.
 //
 // Design: docs/design.md, "The shared worker's gate".
@@ -239,4 +239,4 @@ class shared_worker final : public shared_worker_base {
 
 }  // namespace teardown
 
-#include "teardown/async_teardown.hpp"  // the Workers policies
+#include "teardown/async_teardown/workers.hpp"  // the Workers policies (one_reaper, reaper_pool_workers)

@@ -7,7 +7,7 @@
 //   futex waits, clock, sleeps and thread use it too; otherwise they use std_sync. So a test
 //   that names one policy in the queue type runs the whole protocol — producers' adds, the
 //   worker's state word, flush tickets, held batches, hand counts — on its primitives.
-//   tests/schedule/ does that to run the real headers under a scheduler that picks which
+//   tests/unit/schedule/ does that to run the real headers under a scheduler that picks which
 //   thread runs at every atomic and futex operation.
 //
 //   A Sync policy S has, besides the Atomics members (atomic<W>, name):

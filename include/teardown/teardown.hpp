@@ -1,5 +1,8 @@
-// teardown/teardown.hpp — the umbrella header: includes every public header of the library.
-// Including a single component header (teardown/llist.hpp, ...) is cheaper and equally valid.
+// teardown/teardown.hpp — the umbrella header: every public header of the library but the model
+// (teardown/model/mm.hpp) and the process side (teardown/process.hpp, teardown/process_reaper.hpp),
+// which a program includes by name. Including a single component header (teardown/llist.hpp, ...)
+// is cheaper and equally valid.
+// Design: docs/design.md, "Layers: which file holds what, and who includes whom".
 #pragma once
 
 #include "teardown/allocator_trim.hpp"
@@ -17,3 +20,4 @@
 #include "teardown/sharded_llist.hpp"
 #include "teardown/static_key.hpp"
 #include "teardown/trace.hpp"
+#include "teardown/worker_control.hpp"

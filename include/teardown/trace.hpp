@@ -158,7 +158,7 @@ struct process_release_event {
   std::uint64_t domain;
 };
 
-/// A reaper's worker changed priority because work waited for it (reaper.hpp, "Boost"): raised
+/// A reaper's worker changed priority because work waited for it (docs/design.md, "Boost"): raised
 /// (nice_after < nice_before) or, once its queue was empty, lowered back to its own nice.
 /// reason is a static string: "flush" (a flush waited), "budget" (a wait_for_budget waited),
 /// "backlog" (the worker found its batch old), "caller" (boost() was called), "drained" (the
@@ -205,7 +205,7 @@ inline void register_fork_handler() {
 // One per event type: its hooks, the key that gates them, and the count of emits in flight
 // that a remover waits out. Constant-initialized, so usable before main and from any handler.
 // Sync is the policy of its words, locks and waits (sync.hpp): std_sync for the public
-// functions below, the deterministic scheduler's in tests/schedule.
+// functions below, the deterministic scheduler's in tests/unit/schedule.
 template <class Event, class Sync = std_sync>
 struct hook_slot {
   template <class W>

@@ -442,7 +442,7 @@ class async_teardown
     }
   }
 
-  // A polling worker is not woken by puts (reaper.hpp's "Wake policy"): a put that leaves
+  // A polling worker is not woken by puts (docs/design.md, "Wake policy"): a put that leaves
   // hurry_at (or half the cap) pending wakes it, so that the budget does not fill while it sleeps.
   void hurry_if_due() noexcept {
     const std::uint64_t mark = hurry_at_ != 0 ? hurry_at_ : budget_.cap() / 2;

@@ -103,7 +103,7 @@ class in_flight_scope {
 
 // True when every field of `opts` has its default: async_teardown uses opts.reaper for every
 // worker, so a pool.worker that is not default would be silently ignored; it is refused instead.
-// A field added to reaper_options is added here too (tests/async_teardown_pool_test.cpp sets
+// A field added to reaper_options is added here too (tests/unit/async_teardown_pool_test.cpp sets
 // each one).
 inline bool is_default_reaper_options(const reaper_options& opts) {
   const reaper_options none{};

@@ -250,7 +250,7 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
     return hand_over(&detail::unmap_range, addr, length, bytes);
   }
 
-  /// Driven mode (opts.reaper.driven): the reaper's run and work_fd (reaper.hpp, "Driven mode").
+  /// Driven mode (opts.reaper.driven): the reaper's run and work_fd (docs/design.md, "Driven mode").
   drive_result run(drive_limits limits = {}) { return async_.run(limits); }
   int work_fd() const noexcept { return async_.work_fd(); }
 

@@ -5,7 +5,7 @@
 //   start_thread_with_signals_blocked   any thread; the one pthread_create of the library: the
 //                                       new thread blocks every signal sent to the process from
 //                                       its first instruction, the fault signals excepted
-//                                       (reaper.hpp, "Signals"). Returns pthread_create's error.
+//                                       (docs/design.md, "Reaper signals"). Returns pthread_create's error.
 //   thread_owner<Owner>::mark           the owner's own thread, once, when it starts
 //   thread_owner<Owner>::is             any thread: whether it is `owner`'s own thread (the
 //                                       calls that would wait for themselves there refuse)

@@ -96,8 +96,8 @@ inline void store_word_relaxed(int& word, int value) noexcept { __atomic_store_n
 //                                   thread's block, which is gone if that thread has exited.
 // (-fsplit-stack, which keeps the stack limit in thread-local storage, is not covered: GCC
 // accepts no_split_stack only before a function's definition.)
-// tests/process_test.cpp checks the machine code (no call out, no %fs), and
-// tests/process_instrument_test.cpp runs it under -finstrument-functions.
+// tests/unit/process_test.cpp checks the machine code (no call out, no %fs), and
+// tests/unit/process_instrument_test.cpp runs it under -finstrument-functions.
 
 #if defined(__clang__) && __has_attribute(disable_sanitizer_instrumentation)
 #define TEARDOWN_SHADOW_NO_SANITIZE \
@@ -268,7 +268,7 @@ TEARDOWN_SHADOW_HELPER_CODE inline void helper_watch(helper_args* args) noexcept
 // asm block: registers only, nothing on the owner's stack.
 // Helper code too: the intermediate of a detached helper calls it. Never inlined, so that its
 // one indirect call (the new process's entry) stays in this function, which
-// tests/process_test.cpp's machine-code check allows it in.
+// tests/unit/process_test.cpp's machine-code check allows it in.
 TEARDOWN_SHADOW_HELPER_CODE __attribute__((noinline)) inline long helper_clone(
     unsigned long flags, void* stack_top, int* pidfd, int* clear_tid, helper_args* args,
     void (*entry)(void*) noexcept = &helper_main) noexcept {

@@ -320,7 +320,7 @@ bool process_reaper::wait_for_budget(std::uint64_t bytes, std::chrono::duration<
   }
   const auto deadline = teardown::detail::deadline_after(timeout);
   // Once the wait passes the worker's boost_after, the worker runs at this thread's nice until
-  // it is drained (reaper.hpp, "Boost").
+  // it is drained (docs/design.md, "Boost").
   const auto boost_at = std::chrono::steady_clock::now() + reaper_options{}.boost_after;
   bool boosted = false;
   for (;;) {

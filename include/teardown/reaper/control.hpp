@@ -285,7 +285,7 @@ inline bool reaper<T, Hook, Fn, Queue>::settle_after_stop(typename clock_type::t
   }
   // One settler at a time from its drain on: a settler's own drain is not a hand, so a second
   // settler must not flip and wait out the old side while the first still tears down what
-  // its drain took (the checks of tests/model/flush_barrier.pml found that schedule).
+  // its drain took (the checks of tests/model/spin/flush_barrier.pml found that schedule).
   // A deadline is polled, not passed to a timed lock: the sanitizers' runtimes do not all
   // intercept pthread_mutex_clocklock.
   std::unique_lock turn(settle_mutex_, std::defer_lock);

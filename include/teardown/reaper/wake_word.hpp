@@ -9,7 +9,7 @@
 // reads the latest value: either the kick comes first, and the worker's SLEEPING exchange reads KICKED and does
 // not sleep, or the worker's exchange comes first, and the kick reads SLEEPING and wakes it. Items added behind a
 // non-empty queue need no kick, because the kick of the add that made it non-empty covers them.
-// tests/model/reaper_wakeup.pml checks this with the spin model checker. With a poll_interval the producers'
+// tests/model/spin/reaper_wakeup.pml checks this with the spin model checker. With a poll_interval the producers'
 // kick wakes nobody and the worker looks again within the interval ("Wake policy").
 //
 // Design: docs/design.md, "No lost wake-up".
