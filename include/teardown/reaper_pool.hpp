@@ -310,7 +310,8 @@ class reaper_pool final : private detail::fork_participant {
   }
 
  private:
-  using link_type = typename worker_type::pool_link;
+  // reaper's pool_link, named without instantiating reaper (reaper_pool<...>::max_workers must not).
+  using link_type = detail::pool_worker_link<T, Hook, sync_of_t<Queue>>;
 
   static constexpr int optimistic_rounds = 2;  // flush rounds that let steals go on
   static constexpr std::uint64_t min_watch_ns = 1'000'000;  // a watching sleep's least length
@@ -327,6 +328,10 @@ class reaper_pool final : private detail::fork_participant {
       }
     }
     if (opts.steal_after.count() < 0) throw std::invalid_argument("teardown::reaper_pool: steal_after is negative");
+    if (opts.worker.driven) {
+      throw std::invalid_argument("teardown::reaper_pool: worker.driven: a pool's workers are threads (drive a lone "
+                                  "reaper instead)");
+    }
     opts.worker = detail::validated_reaper_options(std::move(opts.worker), "teardown::reaper_pool", "worker.");
     return opts;
   }

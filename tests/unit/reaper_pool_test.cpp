@@ -683,6 +683,27 @@ TEST_F(ReaperPoolTest, BadOptionsAreRejectedWithInvalidArgumentAndNothingIsCreat
   EXPECT_EQ(calls.load(), 0);
 }
 
+// A pool's workers are threads: a driven worker (run by the program) would be one that nothing
+// runs. Refused for every pool shape, a lone worker and a pool that does not steal included, and
+// for what it is (not for the CPUs the pool's placement gave the worker, nor accepted where the
+// placement gives none).
+TEST_F(ReaperPoolTest, ADrivenWorkerIsRefusedWhateverThePoolsShape) {
+  const std::size_t threads_before = live_threads();
+  const job_fn fn = [](job&) {};
+  for (const auto& [workers, steal] : {std::pair{std::size_t{1}, true}, std::pair{std::size_t{1}, false},
+                                        std::pair{std::size_t{2}, false}, std::pair{std::size_t{2}, true}}) {
+    reaper_pool_options opts = pool_options(workers, steal);
+    opts.worker.driven = true;
+    try {
+      job_pool pool(fn, opts);
+      ADD_FAILURE() << "a pool of " << workers << " workers (steal " << steal << ") took a driven worker";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("reaper_pool: worker.driven"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(live_threads(), threads_before) << "no worker was started";
+}
+
 // The NUMA nodes that have a CPU this process may use, read from sysfs here independently.
 std::size_t usable_numa_nodes() {
   cpu_set_t allowed;
