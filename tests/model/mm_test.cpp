@@ -11,6 +11,7 @@
 // observable flag; the per-test hang_guard turns a hang into an abort naming the test. Trace
 // hooks are process-wide state: every test that sets one clears it when it ends.
 #include "teardown/model/mm.hpp"
+#include "teardown/worker_control.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -1617,6 +1618,10 @@ TEST_F(MmTest, CompiledOutSystemHasNoToggleKnobButKeepsTheOthers) {
 
 
 // ---- one vocabulary: stats(), stop, nice, the generic pressure names, and the old names -------
+
+// The model kernel is driven by the same verbs as every other worker owner.
+static_assert(teardown::worker_control<teardown::model::mm_system>);
+static_assert(teardown::worker_control<teardown::model::pooled_mm_system>);
 
 TEST_F(MmTest, StatsGathersEveryPartsCountersInOneSnapshot) {
   mm_system_options opts = async_on();

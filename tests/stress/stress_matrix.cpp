@@ -568,7 +568,7 @@ row shutdown_with_backlog(const run_mode& mode) {
   s.kernel().stop();
   s.check(s.kernel().vmstat().reaped == 16, "shutdown left part of the backlog");
   task_ptr<System> after = s.spawn(gib_pages(0.5));
-  s.check(s.exit(*after) == decision::inline_stopped, "an exit after shutdown was not sync_stopped");
+  s.check(s.exit(*after) == decision::inline_stopped, "an exit after shutdown was not inline_stopped");
   s.detail("16 x 0.5 GiB backlog torn down by shutdown (frozen reaper); a later exit sync");
   return s.finish();
 }

@@ -66,7 +66,8 @@ enum class decision : std::uint8_t {
 };
 
 /// "queued", "disabled", "ineligible", "rejected", "stalled", "stopped", "uncontended",
-/// "no_memory", "empty": also the reasons the sync trace point carries.
+/// "no_memory", "empty": also the reasons the sync trace point carries (deferred.hpp adds
+/// "cost_error", for a cost function that threw).
 constexpr const char* to_string(decision d) noexcept {
   switch (d) {
     case decision::queued: return "queued";
