@@ -30,6 +30,7 @@
 #include "teardown/model/mm.hpp"
 #include "teardown/trace.hpp"
 #include "reaper_test_support.hpp"
+#include "pressure_test_support.hpp"
 #include "test_support.hpp"
 
 namespace teardown_test {
@@ -41,41 +42,6 @@ using teardown::pressure_monitor_options;
 using teardown::pressure_policy;
 using teardown::pressure_policy_options;
 using teardown::pressure_source;
-
-// Two eventfds the test owns: one event per signal_event(), relief per signal_relief().
-class injected_source {
- public:
-  injected_source() : events_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), relief_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-    if (events_ < 0 || relief_ < 0) throw std::runtime_error("eventfd failed");
-  }
-  ~injected_source() {
-    ::close(events_);
-    ::close(relief_);
-  }
-  injected_source(const injected_source&) = delete;
-  injected_source& operator=(const injected_source&) = delete;
-
-  pressure_monitor_options options(std::chrono::microseconds window = std::chrono::hours(1)) const {
-    pressure_monitor_options opts;
-    opts.source = pressure_source::injected;
-    opts.event_fd = events_;
-    opts.relief_fd = relief_;
-    opts.window = window;
-    opts.stall = std::min<std::chrono::microseconds>(window, 150ms);
-    opts.name = "pressure_policy";
-    return opts;
-  }
-  void signal_event() const { bump(events_); }
-  void signal_relief() const { bump(relief_); }
-
- private:
-  static void bump(int fd) {
-    const std::uint64_t one = 1;
-    ASSERT_EQ(::write(fd, &one, sizeof one), static_cast<ssize_t>(sizeof one));
-  }
-  int events_;
-  int relief_;
-};
 
 // ---- the policy -------------------------------------------------------------------------------
 
