@@ -101,20 +101,6 @@ class in_flight_scope {
   std::atomic<std::uint32_t>* count_;
 };
 
-// True when every field of `opts` has its default: async_teardown uses opts.reaper for every
-// worker, so a pool.worker that is not default would be silently ignored; it is refused instead.
-// A field added to reaper_options is added here too (tests/unit/async_teardown_pool_test.cpp sets
-// each one).
-inline bool is_default_reaper_options(const reaper_options& opts) {
-  const reaper_options none{};
-  return opts.name == none.name && opts.nice == none.nice && !opts.on_error && opts.cpus == none.cpus &&
-         opts.policy == none.policy && opts.order == none.order && opts.spin_polls == none.spin_polls &&
-         opts.stall_threshold == none.stall_threshold && opts.yield_after == none.yield_after &&
-         opts.poll_interval == none.poll_interval && opts.poll_interval_max == none.poll_interval_max &&
-         opts.on_fork == none.on_fork && opts.boost_after == none.boost_after && opts.boost_nice == none.boost_nice &&
-         opts.trace_domain == none.trace_domain && !opts.after_batch && opts.driven == none.driven && !opts.on_work;
-}
-
 // One put's pass through a shared worker's gate (shared_worker.hpp's domain_gate), left at the
 // latest when the put returns.
 template <class Gate>

@@ -120,26 +120,10 @@ inline std::uint64_t parse(std::string_view knob, std::string_view text) {
   return value;
 }
 
-// True when every field of `opts` is as a default-constructed reaper_options has it. The
-// structured binding names every field: a field added to reaper_options stops this compiling
-// until it is compared here too.
-inline bool is_default(const reaper_options& opts) {
-  const reaper_options none{};
-  const auto& [name, nice_value, on_error, cpus, policy, order, spin_polls, stall_threshold, yield_after,
-               poll_interval, poll_interval_max, on_fork, boost_after, boost_nice, trace_domain, after_batch, driven,
-               on_work] = opts;
-  return name == none.name && nice_value == none.nice && !on_error && cpus == none.cpus && policy == none.policy &&
-         order == none.order && spin_polls == none.spin_polls && stall_threshold == none.stall_threshold &&
-         yield_after == none.yield_after && poll_interval == none.poll_interval &&
-         poll_interval_max == none.poll_interval_max && on_fork == none.on_fork && boost_after == none.boost_after &&
-         boost_nice == none.boost_nice && trace_domain == none.trace_domain && !after_batch && driven == none.driven &&
-         !on_work;
-}
-
 // Refuses, before any worker starts, an option the system would ignore: pool.worker (every
 // mm_reaper worker takes mm_system_options::reaper). Throws std::invalid_argument naming it.
 inline const mm_system_options& refuse_ignored(const mm_system_options& opts) {
-  if (!is_default(opts.pool.worker)) {
+  if (!teardown::detail::is_default_reaper_options(opts.pool.worker)) {
     throw std::invalid_argument(
         "teardown::model: mm_system_options::pool.worker is not used: every mm_reaper worker takes "
         "mm_system_options::reaper (its name gets \"-<i>\"); set reaper and leave pool.worker at its default");

@@ -185,6 +185,24 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
   return opts;
 }
 
+// True when every field of `opts` is as a default-constructed reaper_options has it: how a
+// composition tells an option it would ignore (a pool.worker) from one left alone. The structured
+// binding names every field, so a field added to reaper_options stops this compiling until it is
+// compared here too. boost_nice's default is empty; it is tested so rather than compared with an
+// empty optional (GCC 12 at -O1 with the sanitizers warns that the empty one's value may be read).
+inline bool is_default_reaper_options(const reaper_options& opts) {
+  const reaper_options none{};
+  const auto& [name, nice_value, on_error, cpus, policy, order, spin_polls, stall_threshold, yield_after,
+               poll_interval, poll_interval_max, on_fork, boost_after, boost_nice, trace_domain, after_batch, driven,
+               on_work] = opts;
+  return name == none.name && nice_value == none.nice && !on_error && cpus == none.cpus && policy == none.policy &&
+         order == none.order && spin_polls == none.spin_polls && stall_threshold == none.stall_threshold &&
+         yield_after == none.yield_after && poll_interval == none.poll_interval &&
+         poll_interval_max == none.poll_interval_max && on_fork == none.on_fork && boost_after == none.boost_after &&
+         !boost_nice.has_value() && trace_domain == none.trace_domain && !after_batch && driven == none.driven &&
+         !on_work;
+}
+
 }  // namespace detail
 
 }  // namespace teardown
