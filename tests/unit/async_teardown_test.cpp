@@ -1886,7 +1886,7 @@ TEST_F(AsyncTeardownDeathTest, PutOfAnItemStillQueuedAbortsWithAMessage) {
 }
 
 TEST_F(AsyncTeardownDeathTest, PutOfAnItemOnACallersChainAbortsOnEveryPath) {
-  const auto put_chained = [this](auto& async) {
+  const auto put_chained = [](auto& async) {
     static auto items = make_items({100});
     static teardown::llist_chain<item, &item::hook> chain;
     chain.push_back(items[0]);
