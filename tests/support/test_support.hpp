@@ -3,10 +3,17 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "teardown/atomics.hpp"
@@ -53,6 +60,26 @@ template <class Predicate>
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   return true;
+}
+
+// Why this process may not lower a thread's nice from 19 to `to` (no CAP_SYS_NICE and an
+// RLIMIT_NICE that does not reach it: an ordinary user), or nothing where it may. Asked of the
+// kernel itself, on a thread of its own: a test of the privileged path skips with this reason,
+// and the unprivileged path is the one such a process runs.
+inline std::optional<std::string> nice_lowering_refused(int to) {
+  int error = 0;
+  std::thread probe([&] {
+    const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+    if (setpriority(PRIO_PROCESS, tid, 19) != 0 || setpriority(PRIO_PROCESS, tid, to) != 0) error = errno;
+  });
+  probe.join();
+  if (error == 0) return std::nullopt;
+  rlimit limit{};
+  (void)getrlimit(RLIMIT_NICE, &limit);
+  return "lowering a thread's nice from 19 to " + std::to_string(to) + " is refused here (" + std::strerror(error) +
+         "; no CAP_SYS_NICE, RLIMIT_NICE " +
+         (limit.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(limit.rlim_cur)) +
+         "): the privileged path cannot be tested as this user";
 }
 
 }  // namespace teardown_test

@@ -1102,6 +1102,7 @@ TEST_F(DeferredTest, OldNamesStillWorkWithTheSameValues) {
   teardown::async_teardown_options converted = deferred_domain::default_options();
   converted.reaper.name = reaper_name;
   converted.sync_when_stalled = false;
+  converted.reaper.nice = 17;  // then 18 below: a raise of the value, which any user may make
   deferred_domain domain(converted);
   EXPECT_EQ(domain.threshold(), deferred_domain::default_threshold);
   EXPECT_EQ(domain.max_pending(), deferred_domain::default_budget()->cap());

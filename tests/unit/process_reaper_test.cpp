@@ -543,6 +543,7 @@ TEST_F(ProcessReaperTest, AWaitForBudgetThatWaitsRaisesTheWorkerUntilItIsDrained
   errno = 0;
   const int waiter_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
   if (waiter_nice >= 19) GTEST_SKIP() << "the test runs at nice 19: no waiter is more urgent than the worker";
+  if (const auto why = teardown_test::nice_lowering_refused(waiter_nice)) GTEST_SKIP() << *why;
   process_reaper reaper({.nice = 19, .mrelease = &gated::mrelease});
   pidfd_process victim = spawn_victim(victim_bytes);
   ASSERT_TRUE(gated::kill_into_the_gate(reaper, victim));

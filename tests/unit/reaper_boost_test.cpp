@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -116,6 +117,7 @@ class ReaperBoostTest : public ::testing::Test {
 };
 
 TEST_F(ReaperBoostTest, AFlushThatWaitsRaisesTheWorkerToTheFlushersNiceAndTheWorkerLowersItselfOnceDrained) {
+  if (const auto why = nice_lowering_refused(own_nice())) GTEST_SKIP() << *why;
   const std::uint64_t domain = teardown::trace::new_domain();
   boost_recorder recorder(domain);
   blocking_first probe;
@@ -181,6 +183,7 @@ TEST_F(ReaperBoostTest, BoostAfterZeroNeverRaisesTheWorker) {
 }
 
 TEST_F(ReaperBoostTest, ABatchTheWorkerFindsOlderThanBoostAfterRaisesItToTheConstructingThreadsNice) {
+  if (const auto why = nice_lowering_refused(own_nice())) GTEST_SKIP() << *why;
   const std::uint64_t domain = teardown::trace::new_domain();
   boost_recorder recorder(domain);
   auto jobs = make_jobs(3);
@@ -212,6 +215,7 @@ TEST_F(ReaperBoostTest, ABatchTheWorkerFindsOlderThanBoostAfterRaisesItToTheCons
 }
 
 TEST_F(ReaperBoostTest, BoostNiceIsTheLevelWhenSet) {
+  if (const auto why = nice_lowering_refused(5)) GTEST_SKIP() << *why;
   blocking_first probe;
   auto jobs = make_jobs(2);
   job_reaper reaper(probe.fn(), {.name = "boost_level", .boost_nice = 5});
@@ -244,6 +248,7 @@ TEST_F(ReaperBoostTest, AWorkerAlreadyAsUrgentAsTheCallerIsNotRaised) {
 }
 
 TEST_F(ReaperBoostTest, SetNiceEndsABoost) {
+  if (const auto why = nice_lowering_refused(std::min(own_nice(), 10))) GTEST_SKIP() << *why;
   blocking_first probe;
   auto jobs = make_jobs(2);
   job_reaper reaper(probe.fn(), {.name = "boost_set_nice"});
@@ -320,6 +325,7 @@ TEST_F(ReaperBoostTest, ARaiseTheSystemRefusesIsCountedTracedAndChangesNothing) 
 }
 
 TEST_F(ReaperBoostTest, APoolFlushRaisesTheWorkerItWaitsForAndThePoolCountsIt) {
+  if (const auto why = nice_lowering_refused(own_nice())) GTEST_SKIP() << *why;
   using job_pool = teardown::reaper_pool<job, &job::hook, job_fn>;
   blocking_first probe;
   auto jobs = make_jobs(2);
