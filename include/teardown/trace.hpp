@@ -162,7 +162,8 @@ struct process_release_event {
 /// (nice_after < nice_before) or, once its queue was empty, lowered back to its own nice.
 /// reason is a static string: "flush" (a flush waited), "budget" (a wait_for_budget waited),
 /// "backlog" (the worker found its batch old), "caller" (boost() was called), "drained" (the
-/// lowering), "refused" (a raise the system refused: nice_after is the nice asked for).
+/// lowering), "refused" (the reaper's first raise the system refused, a boost or a set_nice:
+/// nice_after is the nice asked for; later refusals are counted, not traced).
 struct boost_event {
   std::int64_t tid;  // the worker's thread id
   int nice_before;

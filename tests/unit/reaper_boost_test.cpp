@@ -224,7 +224,7 @@ TEST_F(ReaperBoostTest, BoostNiceIsTheLevelWhenSet) {
   if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
   EXPECT_TRUE(reaper.boost());
   EXPECT_EQ(nice_of(probe.worker.load()), 5);
-  EXPECT_TRUE(reaper.boost()) << "already at the level: true, and nothing changes";
+  EXPECT_FALSE(reaper.boost()) << "already at the level: nothing changes";
   EXPECT_EQ(reaper.stats().boosts, 1u);
   reaper.enqueue(jobs[1]);
   probe.release.count_down();
@@ -240,7 +240,7 @@ TEST_F(ReaperBoostTest, AWorkerAlreadyAsUrgentAsTheCallerIsNotRaised) {
   job_reaper reaper(probe.fn(), {.name = "boost_urgent", .nice = own_nice()});
   reaper.enqueue(jobs[0]);
   wait_until(probe.started);
-  EXPECT_TRUE(reaper.boost());
+  EXPECT_FALSE(reaper.boost()) << "nothing changed";
   EXPECT_EQ(reaper.stats().boosts, 0u);
   EXPECT_FALSE(reaper.stats().boosted);
   probe.release.count_down();
@@ -322,6 +322,68 @@ TEST_F(ReaperBoostTest, ARaiseTheSystemRefusesIsCountedTracedAndChangesNothing) 
   EXPECT_EQ(events[0].reason, "refused");
   EXPECT_EQ(events[0].before, 19);
   EXPECT_EQ(events[0].after, caller_nice);
+}
+
+// A raise refused by the system changes nothing and is said once: set_nice keeps the nice in force
+// (nice() and the thread agree), boost() says false, the first refusal alone is traced and sets
+// setup_warning_raise; every refused boost is counted. A thread that may raise then still can: the
+// reaper compares the nice in force, not the refused request.
+TEST_F(ReaperBoostTest, ARefusedSetNiceChangesNothingAndTheRefusalIsSaidOnce) {
+  const int caller_nice = own_nice();
+  rlimit nice_limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NICE, &nice_limit), 0);
+  if (nice_limit.rlim_cur != RLIM_INFINITY && nice_limit.rlim_cur >= static_cast<rlim_t>(20 - caller_nice)) {
+    GTEST_SKIP() << "RLIMIT_NICE " << nice_limit.rlim_cur << " lets any thread lower the worker's nice to "
+                 << caller_nice;
+  }
+  const std::uint64_t domain = teardown::trace::new_domain();
+  boost_recorder recorder(domain);
+  blocking_first probe;
+  auto jobs = make_jobs(1);
+  job_reaper reaper(probe.fn(), {.name = "boost_said_once", .boost_after = std::chrono::hours(1),
+                                 .trace_domain = domain});
+  reaper.enqueue(jobs[0]);
+  wait_until(probe.started);
+  if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
+  EXPECT_EQ(reaper.stats().setup_warnings & teardown::setup_warning_raise, 0u);
+  bool dropped = false;
+  std::optional<bool> applied;
+  std::optional<bool> first_boost;
+  std::optional<bool> second_boost;
+  std::thread unprivileged([&] {
+    dropped = drop_cap_sys_nice_on_this_thread();
+    if (!dropped) return;
+    applied = reaper.set_nice(caller_nice);
+    first_boost = reaper.boost();
+    second_boost = reaper.boost();
+  });
+  unprivileged.join();
+  if (!dropped) {
+    probe.release.count_down();
+    GTEST_SKIP() << "capset refused to drop CAP_SYS_NICE: " << std::strerror(errno);
+  }
+  EXPECT_EQ(applied, std::optional<bool>(false));
+  EXPECT_EQ(first_boost, std::optional<bool>(false));
+  EXPECT_EQ(second_boost, std::optional<bool>(false));
+  EXPECT_EQ(reaper.nice(), 19) << "the nice in force, not the refused request";
+  EXPECT_EQ(nice_of(probe.worker.load()), 19);
+  teardown::reaper_stats s = reaper.stats();
+  EXPECT_NE(s.setup_warnings & teardown::setup_warning_raise, 0u);
+  EXPECT_EQ(s.boosts_refused, 2u);
+  EXPECT_EQ(s.boosts, 0u);
+  std::vector<recorded_boost> events = recorder.events();
+  ASSERT_EQ(events.size(), 1u) << "three refusals, said once";
+  EXPECT_EQ(events[0].reason, "refused");
+  EXPECT_EQ(events[0].before, 19);
+  EXPECT_EQ(events[0].after, caller_nice);
+  if (!nice_lowering_refused(caller_nice)) {
+    EXPECT_TRUE(reaper.boost()) << "this thread may raise the worker: the refused set_nice left nothing behind";
+    EXPECT_EQ(nice_of(probe.worker.load()), caller_nice);
+    EXPECT_EQ(reaper.stats().boosts, 1u);
+  }
+  probe.release.count_down();
+  reaper.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
 }
 
 TEST_F(ReaperBoostTest, APoolFlushRaisesTheWorkerItWaitsForAndThePoolCountsIt) {

@@ -132,12 +132,13 @@ class async_control {
     else return self().on_workers([](auto& workers) { return workers.hurry() != 0; });
   }
 
-  /// The worker(s)' nice value (reaper::nice); opts.reaper.nice until set_nice.
+  /// The worker(s)' nice value in force (reaper::nice); opts.reaper.nice until set_nice.
   int nice() const {
     if constexpr (CompiledOut) return 0;
     else return self().on_workers([](const auto& workers) { return workers.nice(); });
   }
-  /// reaper::set_nice on the worker(s): true if applied (the system may refuse a lower value).
+  /// reaper::set_nice on the worker(s): true if applied (the system may refuse a lower value:
+  /// then nothing changes).
   /// Throws std::invalid_argument, changing nothing, outside [-20, 19]. Takes each worker's
   /// control mutex briefly.
   bool set_nice(int value) {

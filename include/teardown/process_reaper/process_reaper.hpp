@@ -95,10 +95,10 @@ class process_reaper final : private teardown::detail::fork_participant {
     return reaper_.stop_for(timeout);
   }
 
-  /// The worker's nice value: options.nice until set_nice changes it.
+  /// The worker's nice value in force (reaper::nice): options.nice until set_nice changes it.
   int nice() const { return reaper_.nice(); }
   /// Sets the worker's nice value from now on: true if applied, false if the system refused
-  /// (lowering it needs CAP_SYS_NICE; the value is kept). std::invalid_argument, changing
+  /// (lowering it needs CAP_SYS_NICE; nothing changes). std::invalid_argument, changing
   /// nothing, outside [-20, 19].
   bool set_nice(int value) {
     if (!teardown::detail::valid_nice(value)) {

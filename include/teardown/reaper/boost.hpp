@@ -37,11 +37,30 @@ inline bool reaper<T, Hook, Fn, Queue>::set_nice(int value) {
   if (!detail::valid_nice(value)) {
     throw std::invalid_argument("teardown::reaper::set_nice: nice must be in [-20, 19], got " + std::to_string(value));
   }
-  const std::lock_guard lock(nice_mutex_);
-  nice_ = value;
-  boosted_.store(false, std::memory_order_relaxed);  // under nice_mutex_
-  if (opts_.driven) return false;  // no thread of ours to apply it to
-  return worker_tid_ == 0 || setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), value) == 0;
+  priority_change refusal;
+  {
+    const std::lock_guard lock(nice_mutex_);
+    if (opts_.driven || worker_tid_ == 0) {
+      nice_ = value;  // applied by the worker at its start; driven: no thread of ours to apply it to
+      boosted_.store(false, std::memory_order_relaxed);  // under nice_mutex_
+      return !opts_.driven;
+    }
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), value) == 0) {
+      nice_ = value;
+      boosted_.store(false, std::memory_order_relaxed);  // under nice_mutex_
+      return true;
+    }
+    // Refused (a more urgent value without the privilege): nice_ stays the nice in force.
+    if (note_refused_raise()) refusal = {worker_tid_, nice_, value, "refused"};
+  }
+  refusal.emit(opts_.trace_domain);
+  return false;
+}
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+inline bool reaper<T, Hook, Fn, Queue>::note_refused_raise() noexcept {
+  const std::uint32_t before = setup_warnings_.fetch_or(setup_warning_raise, std::memory_order_relaxed);
+  return (before & setup_warning_raise) == 0;
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
@@ -52,13 +71,15 @@ inline bool reaper<T, Hook, Fn, Queue>::raise_worker(const char* reason, priorit
   const std::lock_guard lock(nice_mutex_);
   if (worker_tid_ == 0) return false;
   const int current = boosted_.load(std::memory_order_relaxed) ? boosted_nice_ : nice_;
-  if (*target >= current) return true;
-  change = {worker_tid_, current, *target, reason};
+  if (*target >= current) return false;  // already as urgent: nothing to change
   if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), *target) != 0) {
     boosts_refused_.fetch_add(1, std::memory_order_relaxed);
-    change.reason = "refused";
+    // Said once: the first refusal is traced and sets a setup_warning bit; the next ones are
+    // counted only (a process without the privilege would otherwise trace every flush).
+    if (note_refused_raise()) change = {worker_tid_, current, *target, "refused"};
     return false;
   }
+  change = {worker_tid_, current, *target, reason};
   boosted_nice_ = *target;
   boosted_.store(true, std::memory_order_relaxed);  // under nice_mutex_
   boosts_.fetch_add(1, std::memory_order_relaxed);

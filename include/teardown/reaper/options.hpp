@@ -90,6 +90,8 @@ enum setup_warning : std::uint32_t {
   setup_warning_nice = 1u << 1,      // setpriority refused
   setup_warning_policy = 1u << 2,    // sched_setscheduler refused
   setup_warning_affinity = 1u << 3,  // sched_setaffinity refused, or no CPU left to prefer
+  setup_warning_raise = 1u << 4,     // a raise (a boost, a set_nice to a more urgent value) was
+                                     // refused: no CAP_SYS_NICE, and RLIMIT_NICE does not reach it
 };
 
 struct reaper_stats {

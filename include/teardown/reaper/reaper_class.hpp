@@ -184,25 +184,29 @@ class reaper final : private detail::fork_participant {
     return await_stop(detail::deadline_after<clock_type>(timeout));
   }
 
-  /// The worker's nice value: the options' until set_nice changes it. Any thread, fn included;
-  /// takes a mutex of its own briefly (never the control mutex: see "Fork").
+  /// The worker's nice value in force: the options' (or, where the system refused it at the
+  /// worker's start, the one the thread inherited) until set_nice changes it; a boost does not
+  /// change it. Any thread, fn included; takes a mutex of its own briefly (never the control
+  /// mutex: see "Fork").
   int nice() const {
     const std::lock_guard lock(nice_mutex_);
     return nice_;
   }
   /// Sets the worker thread's nice value (setpriority on its thread id) from now on: true if
-  /// applied, false if the system refused it (lowering it needs CAP_SYS_NICE or RLIMIT_NICE;
-  /// the value is kept either way, for a worker not yet started). Ends a boost: the worker runs
-  /// at `value` from now on. Throws std::invalid_argument, changing nothing, outside [-20, 19].
+  /// applied (before the worker starts: kept, and applied at its start), false if the system
+  /// refused it (lowering it needs CAP_SYS_NICE or RLIMIT_NICE): nothing changes then, and the
+  /// first refused raise sets setup_warning_raise. Applied, it ends a boost: the worker runs at
+  /// `value` from now on. Throws std::invalid_argument, changing nothing, outside [-20, 19].
   /// Any thread, fn included; takes a mutex of its own briefly (never the control mutex: see
   /// "Fork").
   bool set_nice(int value);
 
   /// Raises the worker's priority to boost_nice (empty: the calling thread's nice) until the
   /// worker next finds its queue empty (see "Boost"), for a caller that knows work is urgent.
-  /// True if the worker now runs at that nice or a more urgent one; false if there is no worker
-  /// or the system refused (counted in stats().boosts_refused). Any thread, fn included; takes
-  /// the mutex set_nice takes, briefly.
+  /// True if this call raised the worker; false if nothing changed: no worker, a worker already
+  /// as urgent, or a raise the system refused (counted in stats().boosts_refused; the first one
+  /// also traced and set in setup_warnings as setup_warning_raise). Any thread, fn included;
+  /// takes the mutex set_nice takes, briefly.
   bool boost() { return raise_worker("caller"); }
 
   /// Wakes the worker now if it sleeps, whatever the wake policy (see "Wake policy"): for a
@@ -486,9 +490,11 @@ class reaper final : private detail::fork_participant {
 
 
   // See "Boost". Any thread; takes nice_mutex_ (which may nest inside control_mutex_, never the
-  // other way round). True if the worker now runs at the boost's nice or a more urgent one.
+  // other way round). True if this call raised the worker.
   bool raise_worker(const char* reason, priority_change& change) noexcept;
   bool raise_worker(const char* reason) noexcept;
+  // A raise the system refused: sets setup_warning_raise; true for the first one (to trace).
+  bool note_refused_raise() noexcept;
 
   // On the worker, when a pass found its queue empty: back to its own nice. A raise that lands
   // after the hint below was read is lowered at the next empty pass. Raising the nice value

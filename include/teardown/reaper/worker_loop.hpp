@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -111,7 +112,13 @@ inline void reaper<T, Hook, Fn, Queue>::apply_setup() noexcept {
     // Under the mutex set_nice takes: its value and this thread's id are read as one.
     const std::lock_guard lock(nice_mutex_);
     worker_tid_ = static_cast<pid_t>(syscall(SYS_gettid));
-    if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), nice_) != 0) warnings |= setup_warning_nice;
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), nice_) != 0) {
+      warnings |= setup_warning_nice;
+      // nice() reports the nice in force: the one this thread inherited.
+      errno = 0;
+      const int inherited = getpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_));
+      if (errno == 0) nice_ = inherited;
+    }
   }
   std::vector<int> cpus = opts_.cpus;
   try {
@@ -126,7 +133,8 @@ inline void reaper<T, Hook, Fn, Queue>::apply_setup() noexcept {
   }
   if (CPU_COUNT(&set) == 0 || sched_setaffinity(0, sizeof set, &set) != 0) warnings |= setup_warning_affinity;
 #endif
-  setup_warnings_.store(warnings, std::memory_order_relaxed);
+  // fetch_or: a raise refused before the worker got here keeps its bit.
+  setup_warnings_.fetch_or(warnings, std::memory_order_relaxed);
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
