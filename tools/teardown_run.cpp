@@ -9,23 +9,24 @@
 // (/proc/self/exe), the way it was installed (<bindir>/<relative path to libdir>), so an install
 // prefix that is moved or copied keeps working; in a build tree, beside it.
 //
-// Sanitizer runtimes: GCC's AddressSanitizer (libasan.so, and libhwasan.so) refuses to start
-// unless its runtime is the first object after the executable ("ASan runtime does not come first
-// in initial library list"), and a program built with -fsanitize=address names it as a DT_NEEDED
-// entry, which every LD_PRELOAD object precedes. So when PROGRAM is such an executable (read from
-// its ELF dynamic section) and LD_PRELOAD does not name that runtime already, the runtime goes
+// Sanitizer runtimes (sanitizer_runtime.hpp): GCC's AddressSanitizer (libasan.so, and
+// libhwasan.so) refuses to start unless its runtime is the first object after the executable
+// ("ASan runtime does not come first in initial library list"), and a program built with
+// -fsanitize=address names it as a DT_NEEDED entry, which every LD_PRELOAD object precedes. So
+// when PROGRAM is such an executable (read from its ELF dynamic section; a "#!" script is followed
+// to its interpreter) and LD_PRELOAD does not name that runtime first already, the runtime goes
 // first, by the name PROGRAM needs it by (the loader finds it as it would have, PROGRAM's RUNPATH
 // included), and TEARDOWN_SHADOW_PRELOAD_ADDED tells the library to take it off LD_PRELOAD again
 // once loaded, so that PROGRAM's children do not inherit it. ASAN_OPTIONS is left alone: with the
-// runtime first, the link order ASan verifies is the one it wants. Only PROGRAM is inspected: a
-// sanitized program that a script or another program runs later needs LD_PRELOAD=libasan.so.N in
-// front of teardown-run (which keeps it first).
+// runtime first, the link order ASan verifies is the one it wants. This launcher inspects PROGRAM
+// (it is not preloaded itself); every later exec and posix_spawn in the process tree goes through
+// the library's exported wrappers of the exec family (shadow_preload.cpp, "exec"), which read the
+// new program the same way: a sanitized program that a shell, make or a test runner starts under
+// teardown-run gets its runtime first too.
 //
 // Exit status (before PROGRAM runs; afterwards it is PROGRAM's): 2 for a usage error, 125 when
 // the library cannot be found or named in LD_PRELOAD, 126 when PROGRAM cannot be executed, 127
 // when it is not found — as env(1) and the shells do.
-#include <elf.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <unistd.h>
 
@@ -35,9 +36,9 @@
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "parse_int.hpp"
+#include "sanitizer_runtime.hpp"
 
 #ifndef TEARDOWN_RUN_LIBRARY_FROM_BINDIR
 #error "TEARDOWN_RUN_LIBRARY_FROM_BINDIR: the library's path relative to the launcher's directory"
@@ -58,7 +59,8 @@ constexpr const char* usage_text =
     "  --help     this text\n"
     "\n"
     "Programs that PROGRAM execs get a helper of their own (LD_PRELOAD is inherited); set\n"
-    "TEARDOWN_SHADOW=0 in a program's environment to leave it without one.\n";
+    "TEARDOWN_SHADOW=0 in a program's environment to leave it without one. A GCC ASan program,\n"
+    "PROGRAM or one started later, gets its runtime first in LD_PRELOAD, as ASan requires.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "teardown-run: %s\n%s", message.c_str(), "Try 'teardown-run --help'.\n");
@@ -93,96 +95,15 @@ std::string find_library() {
   std::exit(125);
 }
 
-// PROGRAM as execvp() would find it (a name without '/' is searched in PATH); "" if not found.
-std::string resolve_program(const char* name) {
-  if (std::strchr(name, '/') != nullptr) return name;
-  const char* path = std::getenv("PATH");
-  std::string_view directories(path != nullptr ? path : "/usr/local/bin:/bin:/usr/bin");
-  for (;;) {
-    const std::size_t colon = directories.find(':');
-    const std::string_view directory = directories.substr(0, colon);
-    const std::string candidate = (directory.empty() ? std::string(".") : std::string(directory)) + "/" + name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-    if (colon == std::string_view::npos) return {};
-    directories.remove_prefix(colon + 1);
-  }
-}
-
-// The DT_NEEDED names of a 64-bit little-endian ELF executable; empty for anything else (a
-// script, a static program, an unreadable file).
-std::vector<std::string> needed_libraries(const std::string& path) {
-  std::vector<std::string> needed;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return needed;
-  const auto read_at = [fd](void* into, std::size_t bytes, off_t offset) {
-    return pread(fd, into, bytes, offset) == static_cast<ssize_t>(bytes);
-  };
-  Elf64_Ehdr header{};
-  std::vector<Elf64_Phdr> segments;
-  if (read_at(&header, sizeof header, 0) && std::memcmp(header.e_ident, ELFMAG, SELFMAG) == 0 &&
-      header.e_ident[EI_CLASS] == ELFCLASS64 && header.e_ident[EI_DATA] == ELFDATA2LSB &&
-      header.e_phentsize == sizeof(Elf64_Phdr) && header.e_phnum < 4096) {
-    segments.resize(header.e_phnum);
-    if (!read_at(segments.data(), segments.size() * sizeof(Elf64_Phdr), static_cast<off_t>(header.e_phoff))) {
-      segments.clear();
-    }
-  }
-  // A virtual address of the file's loaded segments, as a file offset.
-  const auto offset_of = [&](Elf64_Addr address, Elf64_Off& offset) {
-    for (const Elf64_Phdr& segment : segments) {
-      if (segment.p_type == PT_LOAD && address >= segment.p_vaddr && address < segment.p_vaddr + segment.p_filesz) {
-        offset = segment.p_offset + (address - segment.p_vaddr);
-        return true;
-      }
-    }
-    return false;
-  };
-  for (const Elf64_Phdr& segment : segments) {
-    if (segment.p_type != PT_DYNAMIC || segment.p_filesz > (1u << 20)) continue;
-    std::vector<Elf64_Dyn> entries(segment.p_filesz / sizeof(Elf64_Dyn));
-    if (!read_at(entries.data(), entries.size() * sizeof(Elf64_Dyn), static_cast<off_t>(segment.p_offset))) break;
-    Elf64_Off strings = 0;
-    bool have_strings = false;
-    for (const Elf64_Dyn& entry : entries) {
-      if (entry.d_tag == DT_STRTAB) have_strings = offset_of(entry.d_un.d_ptr, strings);
-    }
-    if (!have_strings) break;
-    for (const Elf64_Dyn& entry : entries) {
-      if (entry.d_tag == DT_NULL) break;
-      if (entry.d_tag != DT_NEEDED) continue;
-      char name[256] = {};
-      if (pread(fd, name, sizeof name - 1, static_cast<off_t>(strings + entry.d_un.d_val)) > 0) {
-        needed.emplace_back(name);
-      }
-    }
-    break;
-  }
-  close(fd);
-  return needed;
-}
-
 // The sanitizer runtime PROGRAM needs first in the process (see the file comment); "" if none.
 std::string runtime_that_must_come_first(const char* program) {
-  const std::string path = resolve_program(program);
-  if (path.empty()) return {};
-  for (const std::string& name : needed_libraries(path)) {
-    if (name.rfind("libasan.so", 0) == 0 || name.rfind("libhwasan.so", 0) == 0) return name;
+  char path[PATH_MAX];
+  teardown_tools::runtime_name runtime;
+  if (!teardown_tools::find_in_path(program, path) ||
+      !teardown_tools::runtime_needed_first(AT_FDCWD, path, 0, runtime)) {
+    return {};
   }
-  return {};
-}
-
-// Whether LD_PRELOAD's list (split at spaces and colons, as the loader does) names `runtime`,
-// by that name or as a path ending in it.
-bool preload_names(std::string_view list, const std::string& runtime) {
-  while (!list.empty()) {
-    const std::size_t end = list.find_first_of(" :");
-    const std::string_view entry = list.substr(0, end);
-    const std::size_t slash = entry.rfind('/');
-    if ((slash == std::string_view::npos ? entry : entry.substr(slash + 1)) == runtime) return true;
-    if (end == std::string_view::npos) break;
-    list.remove_prefix(end + 1);
-  }
-  return false;
+  return runtime.text;
 }
 
 }  // namespace
@@ -231,7 +152,7 @@ int main(int argc, char** argv) {
   const std::string user_preload = existing != nullptr ? existing : "";
   std::string preload = user_preload.empty() ? library : user_preload + ":" + library;
   const std::string runtime = runtime_that_must_come_first(argv[at]);
-  const bool add_runtime = !runtime.empty() && !preload_names(user_preload, runtime);
+  const bool add_runtime = !runtime.empty() && !teardown_tools::preload_names_first(user_preload, runtime);
   if (add_runtime) preload = runtime + ":" + preload;
   // An explicit teardown-run wins over a TEARDOWN_SHADOW=0 inherited from above.
   if (unsetenv("TEARDOWN_SHADOW") != 0 || unsetenv("TEARDOWN_SHADOW_PRELOAD_ADDED") != 0 ||

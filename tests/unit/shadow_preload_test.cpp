@@ -12,7 +12,10 @@
 //
 // The cases with tracers, __WALL waiters, sanitizers, other preloads, re-exec, a pids limit and
 // cleared FD_CLOEXEC run tests/programs/shadow_programs/ (shadow_probe, with its own copy of
-// process.hpp, and a GCC -fsanitize=address program), each bounded at 60 s.
+// process.hpp, and a GCC -fsanitize=address program), each bounded at 60 s. The sanitized program
+// is also started by what teardown-run runs (a shell, env, make, a script's "#!", and
+// shadow_exec_launcher on every route of the exec family and posix_spawn): the library's exec
+// wrappers must put its runtime first, and fail as the real calls fail.
 //
 // Nothing asserts a time. Every wait is bounded at 60 s, a hang guard that fails the test. That
 // waitpid() returns before the memory is freed is proved by order, as in process_test: the
@@ -903,6 +906,185 @@ TEST_F(ShadowPreloadTest, ExecAfterClearingCloexecEverywhereEndsTheOldImagesHelp
   EXPECT_NE(only_helper(program), 0) << "the new image has its own";
   EXPECT_EQ(status_text(p.finish_within(60)), exited_with(0));
   EXPECT_EQ(p.errors(), "");
+}
+
+// ---- sanitized programs that the program runs (the library's exec wrappers) --------------------------
+
+// The cases below start the GCC ASan probe through something that teardown-run runs: a shell,
+// env, make, a launcher on each route of the exec family and posix_spawn. Skipped where there is
+// no probe (Clang) or where it does not start even alone (no libasan): a pass must mean it ran.
+class ShadowPreloadSanitizedChildTest : public ShadowPreloadTest {
+ protected:
+  void SetUp() override {
+    ShadowPreloadTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (asan_probe_.empty()) {
+      GTEST_SKIP() << "no GCC -fsanitize=address probe in this build (Clang links ASan statically)";
+    }
+    launched alone({asan_probe_}, {}, true);
+    const std::optional<int> status = alone.finish_within(60);
+    const std::string errors = alone.errors();
+    if (status_text(status) != exited_with(3)) {
+      GTEST_SKIP() << "the ASan probe does not run here even alone (" << status_text(status) << "): " << errors;
+    }
+  }
+
+  // The probe's lines for "environment": the runtime was taken off again, so its children inherit
+  // LD_PRELOAD as it was.
+  std::string probe_environment() const {
+    std::error_code error;
+    return "asan probe 1\nLD_PRELOAD=" + fs::canonical(installed_prefix::library(), error).string() +
+           "\nTEARDOWN_SHADOW_PRELOAD_ADDED=-\n";
+  }
+
+  static std::string probe_directory() { return fs::path(TEARDOWN_SHADOW_ASAN_PROBE).parent_path().string(); }
+  static std::string path_with_probe() {
+    const char* path = std::getenv("PATH");
+    return "PATH=" + probe_directory() + ":" + (path != nullptr ? path : "/bin:/usr/bin");
+  }
+
+  static std::string all_lines(launched& p) {
+    std::string out;
+    for (std::string text = p.line(); !text.empty(); text = p.line()) out += text + "\n";
+    return out;
+  }
+
+  const std::string asan_probe_ = TEARDOWN_SHADOW_ASAN_PROBE;
+};
+
+// `teardown-run make check`: a shell, env or make starts the sanitized program, which teardown-run
+// never sees; the library's execve (dash), execvp (env) or posix_spawn (make) put its runtime first.
+TEST_F(ShadowPreloadSanitizedChildTest, ShellAndEnvStartASanitizedProgramWithItsOwnStatus) {
+  const std::string launcher = installed_prefix::launcher().string();
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{launcher, "/bin/sh", "-c", asan_probe_ + " environment"},
+        {launcher, "/bin/sh", "-c", asan_probe_ + " environment; exit $?"},
+        {launcher, "/usr/bin/env", asan_probe_, "environment"}}) {
+    SCOPED_TRACE(command[1] + " " + command[2]);
+    launched p(command, {}, true);
+    const std::optional<int> status = p.finish_within(60);
+    const std::string errors = p.errors();
+    EXPECT_EQ(status_text(status), exited_with(3)) << errors;
+    EXPECT_EQ(all_lines(p), probe_environment());
+    EXPECT_EQ(errors, "");
+  }
+}
+
+// The runtime is the sanitized program's alone: the shell's other children, and the sanitized
+// program's own children, see LD_PRELOAD as teardown-run set it, without the runtime.
+TEST_F(ShadowPreloadSanitizedChildTest, NeitherTheShellsOtherChildrenNorTheSanitizedProgramsInheritTheRuntime) {
+  std::error_code error;
+  const std::string library = fs::canonical(installed_prefix::library(), error).string();
+  launched p({installed_prefix::launcher().string(), "/bin/sh", "-c",
+              asan_probe_ + " spawn /usr/bin/printenv LD_PRELOAD; echo status $?; /usr/bin/printenv LD_PRELOAD; "
+                            "/usr/bin/printenv TEARDOWN_SHADOW_PRELOAD_ADDED || echo unset"},
+             {}, true);
+  const std::optional<int> status = p.finish_within(60);
+  const std::string errors = p.errors();
+  EXPECT_EQ(status_text(status), exited_with(0)) << errors;
+  EXPECT_EQ(all_lines(p), "asan probe 1\n" + library + "\nstatus 0\n" + library + "\nunset\n");
+  EXPECT_EQ(errors, "");
+  // A sanitized program that starts another: through ASan's own posix_spawnp, then ours.
+  launched q({installed_prefix::launcher().string(), asan_probe_, "spawn", asan_probe_, "environment"}, {}, true);
+  const std::optional<int> nested = q.finish_within(60);
+  const std::string nested_errors = q.errors();
+  EXPECT_EQ(status_text(nested), exited_with(3)) << nested_errors;
+  EXPECT_EQ(all_lines(q), "asan probe 1\n" + probe_environment());
+  EXPECT_EQ(nested_errors, "");
+}
+
+TEST_F(ShadowPreloadSanitizedChildTest, EveryExecAndSpawnRouteStartsASanitizedProgram) {
+  for (const std::string route : {"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve",
+                                  "fexecve_opath", "execveat", "vfork", "posix_spawn", "posix_spawnp", "system",
+                                  "popen"}) {
+    SCOPED_TRACE(route);
+    const bool searches = route == "execvp" || route == "execvpe" || route == "execlp" || route == "posix_spawnp";
+    const std::string program = searches ? fs::path(asan_probe_).filename().string() : asan_probe_;
+    launched p({installed_prefix::launcher().string(), TEARDOWN_SHADOW_EXEC_LAUNCHER, route, program, "environment"},
+               {path_with_probe()}, true);
+    const std::optional<int> status = p.finish_within(60);
+    const std::string errors = p.errors();
+    EXPECT_EQ(status_text(status), exited_with(3)) << errors;
+    EXPECT_EQ(all_lines(p), probe_environment());
+    EXPECT_EQ(errors, "");
+  }
+}
+
+TEST_F(ShadowPreloadSanitizedChildTest, MakeRecipesStartASanitizedProgram) {
+  if (access("/usr/bin/make", X_OK) != 0) GTEST_SKIP() << "make is not installed (Debian: apt-get install make)";
+  char directory[] = "/tmp/teardown-shadow-make.XXXXXX";
+  ASSERT_NE(mkdtemp(directory), nullptr);
+  // One recipe line make runs itself (posix_spawn), one it hands to /bin/sh.
+  std::ofstream(std::string(directory) + "/Makefile")
+      << "check:\n\t" << asan_probe_ << " status 0\n\t" << asan_probe_ << " status 0 && true\n";
+  launched p({installed_prefix::launcher().string(), "/usr/bin/make", "-s", "-C", directory, "check"}, {}, true);
+  const std::optional<int> status = p.finish_within(60);
+  const std::string errors = p.errors();
+  EXPECT_EQ(status_text(status), exited_with(0)) << errors;
+  EXPECT_EQ(all_lines(p), "asan probe 1\nasan probe 1\n");
+  EXPECT_EQ(errors, "");
+  std::error_code error;
+  fs::remove_all(directory, error);
+}
+
+// A "#!" script whose interpreter is the sanitized program: the kernel execs the interpreter.
+TEST_F(ShadowPreloadSanitizedChildTest, ScriptWithASanitizedInterpreterStarts) {
+  char directory[] = "/tmp/teardown-shadow-script.XXXXXX";
+  ASSERT_NE(mkdtemp(directory), nullptr);
+  const std::string script = std::string(directory) + "/script";
+  std::ofstream(script) << "#!" << asan_probe_ << "\n";
+  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  launched p({installed_prefix::launcher().string(), "/bin/sh", "-c", script}, {}, true);
+  const std::optional<int> status = p.finish_within(60);
+  const std::string errors = p.errors();
+  EXPECT_EQ(status_text(status), exited_with(3)) << errors;
+  EXPECT_EQ(p.line(), "asan probe 1");
+  EXPECT_EQ(errors, "");
+  std::error_code error;
+  fs::remove_all(directory, error);
+}
+
+// TEARDOWN_SHADOW=0 leaves the shell without a helper; its sanitized child, which loads the
+// library all the same (LD_PRELOAD is inherited), still gets its runtime first.
+TEST_F(ShadowPreloadSanitizedChildTest, OptedOutShellStillStartsItsSanitizedChild) {
+  launched p({installed_prefix::launcher().string(), "/usr/bin/env", "TEARDOWN_SHADOW=0", "/bin/sh", "-c",
+              asan_probe_ + " environment"},
+             {}, true);
+  const std::optional<int> status = p.finish_within(60);
+  const std::string errors = p.errors();
+  EXPECT_EQ(status_text(status), exited_with(3)) << errors;
+  EXPECT_EQ(all_lines(p), probe_environment());
+  EXPECT_EQ(errors, "");
+}
+
+// A failing exec or spawn fails as it does without the library: the same error, the same status
+// (the wrappers' own reads of the file must leave errno as the caller had it).
+TEST_F(ShadowPreloadTest, ExecAndSpawnFailuresAreTheSameWithTheLibrary) {
+  char directory[] = "/tmp/teardown-shadow-errors.XXXXXX";
+  ASSERT_NE(mkdtemp(directory), nullptr);
+  const std::string plain = std::string(directory) + "/not-executable";
+  std::ofstream(plain) << "\x7f" "ELF";
+  const std::string library = installed_prefix::library().string();
+  for (const std::string route : {"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "execveat",
+                                  "vfork", "posix_spawn", "posix_spawnp"}) {
+    for (const std::string& target : {std::string("/nonexistent/program"), std::string(directory), plain,
+                                      std::string("no-such-program-anywhere")}) {
+      SCOPED_TRACE(route + " " + target);
+      std::string without_out, with_out;
+      std::optional<int> without_status, with_status;
+      for (const bool preloaded : {false, true}) {
+        std::vector<std::string> extra{preloaded ? "LD_PRELOAD=" + library : "LD_PRELOAD"};
+        launched p({TEARDOWN_SHADOW_EXEC_LAUNCHER, route, target}, extra, true);
+        (preloaded ? with_status : without_status) = p.finish_within(60);
+        (preloaded ? with_out : without_out) = p.line();
+      }
+      EXPECT_EQ(status_text(with_status), status_text(without_status));
+      EXPECT_EQ(with_out, without_out);
+      EXPECT_NE(without_out, "") << "the route did not fail";
+    }
+  }
+  std::error_code error;
+  fs::remove_all(directory, error);
 }
 
 }  // namespace
