@@ -11,7 +11,8 @@
 //
 // Where the events come from (pressure_source), first that works under `automatic`:
 //   psi_cgroup   a trigger on the memory.pressure of the process's own (non-root) cgroup v2;
-//   psi_system   a trigger on /proc/pressure/memory;
+//   psi_system   a trigger on /proc/pressure/memory (under automatic, description() says why the
+//                cgroup's was not used: e.g. EACCES, for a user who does not own the cgroup);
 //   sampled      no trigger could be registered: every sample_interval, each memory cgroup above
 //                the process (usage against limit) and /proc/meminfo; a sample at or over
 //                sample_percent of a limit, or MemAvailable under (100 - sample_percent)% of
@@ -360,6 +361,8 @@ class pressure_monitor {
       std::string why;
       if (try_trigger(opts_.proc_pressure, /*proc=*/true, why)) {
         source_ = pressure_source::psi_system;
+        // The whole machine's pressure instead of this cgroup's: say why.
+        if (!why_not.empty()) description_ += " (the cgroup's not used: " + why_not + ")";
         return;
       }
       if (opts_.source == pressure_source::psi_system) {

@@ -423,6 +423,35 @@ TEST(PressureMonitorTest, AnInjectedPipeWrittenThenClosedDeliversItsEventAndStay
   std::filesystem::remove_all(dir);
 }
 
+// automatic, when the cgroup's memory.pressure cannot take a trigger (here a regular file, as for a
+// user the cgroup's file is EACCES) and the machine's can: the description says why the cgroup's
+// was not used, as it does when the monitor samples.
+TEST(PressureMonitorTest, AutomaticSaysWhyTheCgroupsFileWasNotUsed) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("pressure_test.cgroup." + std::to_string(getpid()));
+  const auto write = [&](const std::string& path, const std::string& content) {
+    std::filesystem::create_directories((root / path).parent_path());
+    std::ofstream(root / path) << content;
+  };
+  write("proc/self/cgroup", "0::/app.slice\n");
+  write("proc/self/mountinfo", "26 22 0:23 / /sys/fs/cgroup rw,relatime shared:9 - cgroup2 cgroup2 rw\n");
+  write("sys/fs/cgroup/app.slice/memory.pressure", "");
+  const std::string cgroup = (root / "proc/self/cgroup").string();
+  const std::string mountinfo = (root / "proc/self/mountinfo").string();
+  const std::string prefix = root.string();
+  {
+    pressure_monitor_options opts;
+    opts.files = {.cgroup = cgroup.c_str(), .mountinfo = mountinfo.c_str(), .root = prefix.c_str()};
+    pressure_monitor monitor(opts);
+    std::printf("cgroup file refused: %s, %s\n", teardown::to_string(monitor.source()),
+                monitor.description().c_str());
+    EXPECT_NE(monitor.source(), pressure_source::psi_cgroup);
+    EXPECT_NE(monitor.description().find("app.slice/memory.pressure: not a PSI pressure file"), std::string::npos)
+        << monitor.description();
+  }
+  std::filesystem::remove_all(root);
+}
+
 // A regular file takes the trigger's write but never reports pressure: refused as a trigger.
 TEST(PressureMonitorTest, ARegularFileIsRefusedAsAPsiTrigger) {
   const std::filesystem::path dir =
