@@ -179,6 +179,10 @@ TEST(PressurePolicyTest, PressureThawsRaisesPriorityLowersTheCapAndReliefPutsItA
   if (during.nice_raised == 1) {
     EXPECT_EQ(async.nice(), 0);
     EXPECT_EQ(thread_nice("pressure_items"), 0);  // the thread itself, as the kernel sees it
+  } else {
+    // Refused (an ordinary user): nice() is the nice in force, as the kernel sees it.
+    EXPECT_EQ(async.nice(), 19);
+    EXPECT_EQ(thread_nice("pressure_items"), 19);
   }
 
   source.signal_relief();
