@@ -2,8 +2,13 @@
 # scripts/package.sh OUTDIR — builds the Debian packages with Debian's own tools (debhelper,
 # dpkg-buildpackage) and puts them into OUTDIR:
 #
-#   libteardown-dev   Architecture: all   the headers, the CMake package, teardown.pc
-#   teardown-tools    Architecture: amd64 teardown-run and libteardown_shadow.so (tools/)
+#   libteardown-dev         Architecture: all   the headers, the CMake package, teardown.pc
+#   teardown-tools          Architecture: amd64 teardown-run and libteardown_shadow.so (tools/)
+#   teardown-tools-dbgsym   Architecture: amd64 the tools' debug symbols (debhelper's dh_strip
+#                                               makes it; DEB_BUILD_OPTIONS=noautodbgsym: none)
+#
+# A user installs libteardown-dev, and teardown-tools for the tools; the dbgsym package is for a
+# debugger only. The script ends by printing the apt-get command.
 #
 # The packaging lives here, not in a debian/ folder of the tree: a debian/ directory is the
 # distribution's to write. The script copies what the build needs (CMakeLists.txt, cmake/,
@@ -218,6 +223,13 @@ mkdir -p "$outdir"
 built=("$work"/*.deb)
 cp "${built[@]}" "$work"/*.buildinfo "$work"/*.changes "$outdir/"
 echo "==> package.sh: in $outdir:"
+install=()
 for deb in "${built[@]}"; do
-  echo "    $(basename "$deb")"
+  name=$(basename "$deb")
+  echo "    $name"
+  case "$name" in
+    *-dbgsym_*) ;;  # debug symbols, for a debugger only
+    *) install+=("$outdir/$name") ;;
+  esac
 done
+echo "==> to install (as root): apt-get install ${install[*]}"

@@ -31,7 +31,7 @@ int round_trip(const char* backend) {
 
 int main() {
   int failures = round_trip<teardown::std_atomics>("std");
-#if defined(TEARDOWN_HAVE_ATOMIC_OPS)
+#if TEARDOWN_AO_ATOMICS_AVAILABLE  // where the header found <atomic_ops.h>, opted in or not
   failures += round_trip<teardown::ao_atomics>("libatomic_ops");
 #endif
   return failures;

@@ -9,8 +9,9 @@
 // four cleared.
 
 // trace_nosdt_test is this file built a second time without probes, for the one test that
-// checks their absence (tests/CMakeLists.txt). The library's own CMake target forces probes on
-// in this tree (TEARDOWN_HAVE_SDT), so that build takes it back before trace.hpp reads it.
+// checks their absence (tests/CMakeLists.txt). The library's own CMake target may force probes
+// on in this tree (TEARDOWN_HAVE_SDT, with TEARDOWN_WITH_USDT=ON), so that build takes it back
+// before trace.hpp reads it.
 #if TEARDOWN_TRACE_TEST_WITHOUT_SDT
 #undef TEARDOWN_HAVE_SDT
 #define TEARDOWN_NO_SDT 1

@@ -2,9 +2,11 @@
 # tests/cmake/packaging/deb.sh build|consumer|lintian SOURCE_DIR WORK CXX GENERATOR [MAKE_PROGRAM]
 #
 # The Debian packages of scripts/package.sh, as ctest checks them (tests/cmake/packaging/CMakeLists.txt):
-#   build     scripts/package.sh WORK/debs (the fixture of the other two)
-#   consumer  dpkg -x both packages into WORK/root, check what each holds, build and run the
-#             consumer against the root by find_package and by pkg-config (neither sees
+#   build     scripts/package.sh WORK/debs (the fixture of the other two): the packages README.md
+#             names, and the install command it prints
+#   consumer  dpkg -x both packages into WORK/root, check what each holds (teardown.pc: prefix=/usr,
+#             whose -I/usr/include pkg-config drops), build and run the consumer against the root
+#             by find_package and by pkg-config (the root as its sysroot; neither sees
 #             libatomic_ops), and run the unpacked teardown-run
 #   lintian   lintian on both packages: fails on any error or warning; every override is shown
 #             with its reason
@@ -41,7 +43,27 @@ packages_built() {
 case "$mode" in
 build)
   rm -rf "$debs"
-  bash "$source_dir/scripts/package.sh" "$debs"
+  bash "$source_dir/scripts/package.sh" "$debs" | tee "$work/package.log"
+  # The packages README.md names ("Debian packages"), and only those: libteardown-dev,
+  # teardown-tools and its -dbgsym (amd64, unless DEB_BUILD_OPTIONS has noautodbgsym). The
+  # install command package.sh prints is the README's: the first two.
+  made=$(cd "$debs" && printf '%s\n' *.deb | sed 's|_.*||' | sort | tr '\n' ' ')
+  expected=(libteardown-dev)
+  install=("$debs"/libteardown-dev_*_all.deb)
+  if [ "$host_arch" = amd64 ]; then
+    expected+=(teardown-tools)
+    case " ${DEB_BUILD_OPTIONS:-} " in *" noautodbgsym "*) ;; *) expected+=(teardown-tools-dbgsym) ;; esac
+    install+=("$debs"/teardown-tools_*_amd64.deb)
+  fi
+  named=$(printf '%s\n' "${expected[@]}" | sort | tr '\n' ' ')
+  if [ "$made" != "$named" ]; then
+    echo "package.sh made: $made; README.md names: $named"; exit 1
+  fi
+  said=$(sed -n 's/^==> to install (as root): apt-get install //p' "$work/package.log")
+  if [ "$said" != "${install[*]}" ]; then
+    echo "package.sh says to install '$said', expected '${install[*]}'"; exit 1
+  fi
+  echo "packaging.deb.build: made $made; to install: $said"
   ;;
 
 consumer)
@@ -65,6 +87,17 @@ consumer)
   if grep -q '^Requires' "$root/usr/share/pkgconfig/teardown.pc"; then
     echo "teardown.pc requires another package:"; cat "$root/usr/share/pkgconfig/teardown.pc"; exit 1
   fi
+  # Installed in /usr, teardown.pc names /usr, and pkg-config drops its -I/usr/include (the
+  # system directory): the flags are -pthread alone.
+  if ! grep -qx 'prefix=/usr' "$root/usr/share/pkgconfig/teardown.pc"; then
+    echo "teardown.pc does not say prefix=/usr:"; cat "$root/usr/share/pkgconfig/teardown.pc"; exit 1
+  fi
+  cflags=$(env -u PKG_CONFIG_SYSROOT_DIR -u PKG_CONFIG_ALLOW_SYSTEM_CFLAGS -u PKG_CONFIG_SYSTEM_INCLUDE_PATH \
+           PKG_CONFIG_LIBDIR="$root/usr/share/pkgconfig" PKG_CONFIG_PATH="" pkg-config --cflags teardown)
+  read -ra cflags <<<"$cflags"
+  if [ "${cflags[*]}" != "-pthread" ]; then
+    echo "pkg-config --cflags teardown for a /usr install: '${cflags[*]}', expected -pthread alone"; exit 1
+  fi
 
   options=(-G "$generator" "-DCMAKE_CXX_COMPILER=$cxx" -DCMAKE_BUILD_TYPE=Debug)
   [ -z "$make_program" ] || options+=("-DCMAKE_MAKE_PROGRAM=$make_program")
@@ -74,9 +107,10 @@ consumer)
         "-DCMAKE_PREFIX_PATH=$root/usr" -DCMAKE_DISABLE_FIND_PACKAGE_Atomic_ops=ON
   cmake --build "$project"
   "$project/consumer"
-  # pkg-config: only the root's .pc files are visible (no atomic_ops.pc among them).
+  # pkg-config: only the root's .pc files are visible (no atomic_ops.pc among them), and the
+  # root is the sysroot of their /usr.
   project="$work/consumers/pkg_config"
-  PKG_CONFIG_LIBDIR="$root/usr/share/pkgconfig" PKG_CONFIG_PATH="" \
+  PKG_CONFIG_LIBDIR="$root/usr/share/pkgconfig" PKG_CONFIG_PATH="" PKG_CONFIG_SYSROOT_DIR="$root" \
     cmake -S "$source_dir/tests/cmake/pkg_config" -B "$project" "${options[@]}"
   cmake --build "$project"
   "$project/consumer"

@@ -50,11 +50,24 @@ foreach(expected
     message(FATAL_ERROR "the header-only install lacks ${expected}")
   endif()
 endforeach()
-# Nothing was built, so no tool may be there (they install once built, component teardown_tools).
+# Nothing was built, so no tool may be there (they install once built, component teardown_tools),
+# nor the directories they would go to: no empty directory is left anywhere (tools/ installs with
+# install(TARGETS ... OPTIONAL), whose destination CMake creates before it finds nothing to copy).
 file(GLOB_RECURSE tools "${prefix}/*teardown-run*" "${prefix}/*teardown_shadow*")
 if(tools)
   message(FATAL_ERROR "tools installed although none was built: ${tools}")
 endif()
+file(GLOB top RELATIVE "${prefix}" LIST_DIRECTORIES true "${prefix}/*")
+if(NOT top STREQUAL "include;share")
+  message(FATAL_ERROR "the header-only install holds '${top}', expected include and share only")
+endif()
+file(GLOB_RECURSE entries LIST_DIRECTORIES true "${prefix}/*")
+foreach(entry IN LISTS entries)
+  file(GLOB children LIST_DIRECTORIES true "${entry}/*" "${entry}/.*")
+  if(IS_DIRECTORY "${entry}" AND NOT children)
+    message(FATAL_ERROR "the header-only install left an empty directory: ${entry}")
+  endif()
+endforeach()
 
 # The build machine has libatomic_ops and <sys/sdt.h>; the package must not say so.
 file(READ "${prefix}/share/pkgconfig/teardown.pc" pc)

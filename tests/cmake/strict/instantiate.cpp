@@ -39,7 +39,7 @@ struct payload {
 }  // namespace
 
 template class teardown::llist<item, &item::hook>;
-#if defined(TEARDOWN_HAVE_ATOMIC_OPS)
+#if TEARDOWN_AO_ATOMICS_AVAILABLE
 template class teardown::llist<item, &item::hook, teardown::ao_atomics>;
 #endif
 template class teardown::llist_batch<item, &item::hook>;
