@@ -445,7 +445,7 @@ class reaper_pool final : private detail::fork_participant {
 
   void refuse_on_workers(const char* operation) const {
     for (const auto& worker : workers_) {
-      if (worker->on_worker() || worker_type::reaping_here_ == worker.get()) {
+      if (worker->on_worker() || worker_type::reaping_here::contains(worker.get())) {
         throw std::logic_error(std::string("teardown::reaper_pool::") + operation +
                                ": called from one of the pool's workers (fn) or from reap_on_caller; it would "
                                "wait for itself");

@@ -260,6 +260,53 @@ TEST_F(ReaperDrainTest, CalledFromFnOnTheWorkerIsRefusedWithLogicError) {
   EXPECT_EQ(reaper.stats().inline_reaped, 0u);
 }
 
+// One level removed: A.flush() from B's fn inside B.reap_on_caller, itself inside A's
+// reap_on_caller (same reaper type). The flush would wait for A's call that encloses it: refused
+// as it is from A's own callback, not a deadlock.
+TEST_F(ReaperDrainTest, AFlushInsideAnotherReapersReapOnCallerInsideOursIsRefused) {
+  auto a_jobs = make_jobs(1);
+  auto b_jobs = make_jobs(1);
+  job_reaper* a = nullptr;
+  job_reaper* b = nullptr;
+  bool refused_flush = false;
+  bool refused_freeze = false;
+  bool b_in_a_callback = false;
+  job_reaper b_reaper([&](job& j) {
+    b_in_a_callback = a->in_own_callback();
+    try {
+      a->flush();
+    } catch (const std::logic_error&) {
+      refused_flush = true;
+    }
+    try {
+      a->freeze();
+    } catch (const std::logic_error&) {
+      refused_freeze = true;
+    }
+    j.runs.fetch_add(1, std::memory_order_relaxed);
+  });
+  job_reaper a_reaper([&](job& j) {
+    (void)b->reap_on_caller([](job&) { return true; });
+    j.runs.fetch_add(1, std::memory_order_relaxed);
+  });
+  a = &a_reaper;
+  b = &b_reaper;
+  a_reaper.freeze();
+  b_reaper.freeze();
+  a_reaper.enqueue(a_jobs[0]);
+  b_reaper.enqueue(b_jobs[0]);
+  EXPECT_EQ(a_reaper.reap_on_caller([](job&) { return true; }), 1u);
+  EXPECT_TRUE(b_in_a_callback);
+  EXPECT_TRUE(refused_flush);
+  EXPECT_TRUE(refused_freeze);
+  EXPECT_FALSE(a_reaper.in_own_callback());
+  a_reaper.thaw();
+  b_reaper.thaw();
+  a_reaper.flush();
+  EXPECT_EQ(ran_exactly_once(a_jobs), a_jobs.size());
+  EXPECT_EQ(ran_exactly_once(b_jobs), b_jobs.size());
+}
+
 TEST_F(ReaperDrainTest, FlushFreezeAndStopFromTakeOrFnOnTheCallerAreRefusedWithLogicError) {
   auto jobs = make_jobs(2);
   std::atomic<int> refused_in_fn{0};

@@ -259,6 +259,50 @@ TEST(DrivenTest, RunAndFlushFromItsOwnFnAreRefused) {
   EXPECT_FALSE(reaper.in_own_callback());
 }
 
+// One level removed: A.run(), A.flush() and A's drive_handle from B's fn inside B.run(), itself
+// inside A's run (same reaper type). Each would wait for A's run that encloses it: refused, not a
+// deadlock.
+TEST(DrivenTest, RunFlushAndHandleInsideAnotherReapersRunInsideOursAreRefused) {
+  using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
+  fn_reaper* a = nullptr;
+  fn_reaper* b = nullptr;
+  teardown::drive_handle a_handle;
+  int refused = 0;
+  const auto refused_here = [&](auto&& call) {
+    try {
+      call();
+    } catch (const std::logic_error&) {
+      ++refused;
+    }
+  };
+  fn_reaper b_reaper(
+      [&](item& x) {
+        x.runs.fetch_add(1);
+        refused_here([&] { (void)a->run(); });
+        refused_here([&] { a->flush(); });
+        refused_here([&] { (void)a_handle(); });
+        EXPECT_TRUE(a->in_own_callback());
+      },
+      driven());
+  fn_reaper a_reaper(
+      [&](item& x) {
+        x.runs.fetch_add(1);
+        EXPECT_EQ(b->run().items, 1u);
+      },
+      driven({.on_work = [&](teardown::drive_handle h) { a_handle = h; }}));
+  a = &a_reaper;
+  b = &b_reaper;
+  item in_a;
+  item in_b;
+  b_reaper.enqueue(in_b);
+  a_reaper.enqueue(in_a);
+  EXPECT_EQ(a_handle().items, 1u);
+  EXPECT_EQ(refused, 3);
+  EXPECT_EQ(in_a.runs.load(), 1);
+  EXPECT_EQ(in_b.runs.load(), 1);
+  EXPECT_FALSE(a_reaper.in_own_callback());
+}
+
 TEST(DrivenTest, HandleDoesNothingAfterTheReaperIsDestroyed) {
   teardown::drive_handle kept;
   std::vector<item> all(2);

@@ -9,8 +9,10 @@
 //   thread_owner<Owner>::mark           the owner's own thread, once, when it starts
 //   thread_owner<Owner>::is             any thread: whether it is `owner`'s own thread (the
 //                                       calls that would wait for themselves there refuse)
-// Memory ordering: none needed. thread_owner is thread-local: each thread reads only what it
-// wrote itself.
+//   calls_here<Tag>::scope, ::contains  any thread: the objects whose call (a reap_on_caller, a
+//                                       driven run) is in progress on this thread, however nested
+// Memory ordering: none needed. thread_owner and calls_here are thread-local: each thread reads
+// only what it wrote itself.
 // Design: docs/design.md, "The shared internal layer".
 #pragma once
 
@@ -50,6 +52,36 @@ class thread_owner {
 
  private:
   static inline thread_local const Owner* current_ = nullptr;
+};
+
+// The objects whose call of one kind (Tag) is in progress on this thread, innermost first: one
+// scope per call, linked through the stack. A call nested inside another object's call that is
+// itself inside ours (A inside B inside A) still finds ours: every enclosing call is seen, not
+// only the innermost, so a call that would wait for itself there is refused, not deadlocked.
+template <class Tag>
+class calls_here {
+ public:
+  class scope {
+   public:
+    explicit scope(const void* object) noexcept : object_(object), outer_(innermost_) { innermost_ = this; }
+    ~scope() { innermost_ = outer_; }
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+
+   private:
+    friend class calls_here;
+    const void* object_;
+    scope* outer_;
+  };
+  static bool contains(const void* object) noexcept {
+    for (const scope* call = innermost_; call != nullptr; call = call->outer_) {
+      if (call->object_ == object) return true;
+    }
+    return false;
+  }
+
+ private:
+  static inline thread_local scope* innermost_ = nullptr;
 };
 
 }  // namespace teardown::detail

@@ -60,12 +60,12 @@ inline reaper<T, Hook, Fn, Queue>::~reaper() {
         "teardown::reaper::~reaper: the reaper is destroyed from its own worker (from fn); the worker would go "
         "on using the freed reaper. Destroy it from another thread.\n");
   }
-  if (reaping_here_ == this) {
+  if (reaping_here::contains(this)) {
     detail::fatal_misuse(
         "teardown::reaper::~reaper: the reaper is destroyed from take or fn inside its own reap_on_caller; the "
         "call would go on using the freed reaper. Destroy it after reap_on_caller returns.\n");
   }
-  if (driving_here_ == this) {
+  if (driving_here::contains(this)) {
     detail::fatal_misuse(
         "teardown::reaper::~reaper: the reaper is destroyed from fn inside its own run or flush; the call would "
         "go on using the freed reaper. Destroy it after run returns.\n");
@@ -151,11 +151,7 @@ inline std::size_t reaper<T, Hook, Fn, Queue>::reap_on_caller(Take&& take) {
   llist_chain<T, Hook> declined;  // front = newest, as on the queue
   // take and fn run below on this thread: a flush, freeze or stop from them would wait for
   // this very call, so they are refused as they are on the worker.
-  const struct reaping_here_scope {
-    const reaper* previous;
-    explicit reaping_here_scope(const reaper* self) noexcept : previous(std::exchange(reaping_here_, self)) {}
-    ~reaping_here_scope() { reaping_here_ = previous; }
-  } reaping_here(this);
+  const typename reaping_here::scope reaping(this);
   std::size_t torn_down = 0;
   while (T* item = offered.pop_front()) {
     bool here = false;
@@ -425,11 +421,11 @@ inline void reaper<T, Hook, Fn, Queue>::refuse_on_worker(const char* operation) 
     throw std::logic_error(std::string("teardown::reaper::") + operation +
                            ": called from the reaper's own worker (fn); it would wait for itself");
   }
-  if (reaping_here_ == this) {
+  if (reaping_here::contains(this)) {
     throw std::logic_error(std::string("teardown::reaper::") + operation +
                            ": called from take or fn inside reap_on_caller; it would wait for itself");
   }
-  if (driving_here_ == this) {
+  if (driving_here::contains(this)) {
     throw std::logic_error(std::string("teardown::reaper::") + operation +
                            ": called from fn inside the reaper's own run or flush; it would wait for itself");
   }

@@ -17,14 +17,13 @@
 
 namespace teardown {
 
-// driving_ on (under control_mutex_) while this thread tears down, driving_here_ for fn.
+// driving_ on (under control_mutex_) while this thread tears down, driving_here for fn.
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 struct reaper<T, Hook, Fn, Queue>::driving_scope {
   reaper& self;
-  const reaper* previous;
-  explicit driving_scope(reaper& owner) noexcept : self(owner), previous(std::exchange(driving_here_, &owner)) {}
+  typename driving_here::scope here;
+  explicit driving_scope(reaper& owner) noexcept : self(owner), here(&owner) {}
   ~driving_scope() {
-    driving_here_ = previous;
     const std::lock_guard lock(self.control_mutex_);
     self.driving_ = false;
     self.driver_parked_ = false;
@@ -182,13 +181,12 @@ inline bool reaper<T, Hook, Fn, Queue>::drive_stop(typename clock_type::time_poi
     // before it (their adds are visible to the drain below); release pairs with enqueue's
     // acquire loads, so producers tear down inline from now on.
     (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
-    const reaper* previous = std::exchange(driving_here_, this);
+    const typename driving_here::scope here(this);
     for (;;) {
       while (!in_flight_.empty()) run_one_driven();
       take_driven(/*sweep=*/true);
       if (in_flight_.empty()) break;
     }
-    driving_here_ = previous;
   }
   drive.unlock();
   return settle_after_stop(deadline);

@@ -20,6 +20,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "teardown/detail/thread_start.hpp"
+
 namespace teardown {
 
 /// How much one driven run (reaper::run) may do: at most `items` teardowns, and no new one
@@ -43,7 +45,7 @@ struct drive_gate {
   void* reaper = nullptr;
   drive_result (*run)(void* reaper, drive_limits limits) = nullptr;
 };
-inline thread_local const drive_gate* gate_here = nullptr;  // the gate whose run this thread is in
+using gate_runs_here = calls_here<drive_gate>;  // the gates whose run this thread is in
 }  // namespace detail
 
 /// A driven reaper's run, callable later from anywhere (an executor's task): h(limits) runs
@@ -55,16 +57,12 @@ class drive_handle {
   drive_handle() = default;
   drive_result operator()(drive_limits limits = {}) const {
     if (!gate_) return {};
-    if (detail::gate_here == gate_.get()) {
+    if (detail::gate_runs_here::contains(gate_.get())) {
       throw std::logic_error("teardown::drive_handle: called from inside its own reaper's run");
     }
     const std::lock_guard lock(gate_->mutex);
     if (gate_->reaper == nullptr) return {};
-    const struct here_scope {
-      const detail::drive_gate* previous;
-      explicit here_scope(const detail::drive_gate* gate) noexcept : previous(std::exchange(detail::gate_here, gate)) {}
-      ~here_scope() { detail::gate_here = previous; }
-    } here(gate_.get());
+    const detail::gate_runs_here::scope here(gate_.get());
     return gate_->run(gate_->reaper, limits);
   }
   explicit drive_handle(std::shared_ptr<detail::drive_gate> gate) noexcept : gate_(std::move(gate)) {}

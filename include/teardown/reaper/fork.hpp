@@ -44,7 +44,7 @@ inline void reaper<T, Hook, Fn, Queue>::fork_parent() noexcept {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline void reaper<T, Hook, Fn, Queue>::fork_child() noexcept {
-  if (on_worker() || driving_here_ == this) {
+  if (on_worker() || driving_here::contains(this)) {
     // fork() from inside fn: the child's only thread is a copy of the worker in the middle
     // of fn. Such a child may only exec or _exit; enqueue there tears down inline.
     state_.store(stopped_bit, std::memory_order_relaxed);

@@ -239,7 +239,9 @@ class reaper final : private detail::fork_participant {
   /// True when called from this reaper's own callback: fn on its worker, or take or fn inside
   /// a reap_on_caller on this thread — where flush, freeze and stop are refused and destroying
   /// the reaper aborts. Wait-free.
-  bool in_own_callback() const noexcept { return on_worker() || reaping_here_ == this || driving_here_ == this; }
+  bool in_own_callback() const noexcept {
+    return on_worker() || reaping_here::contains(this) || driving_here::contains(this);
+  }
 
   /// Tears queued items down on the calling thread (a pressure valve under memory pressure).
   /// Every item the worker has not taken yet is offered, oldest first, to `take(T&)` (which
@@ -451,7 +453,7 @@ class reaper final : private detail::fork_participant {
   bool driven_frozen(bool wait, typename clock_type::time_point deadline, bool& expired);
 
 
-  // driving_ on (under control_mutex_) while this thread tears down, driving_here_ for fn (drive.hpp).
+  // driving_ on (under control_mutex_) while this thread tears down, driving_here for fn (drive.hpp).
   struct driving_scope;
 
   // Lock-free check the next run would find something: the held rest or the queue.
@@ -596,8 +598,9 @@ class reaper final : private detail::fork_participant {
   // call nice()/set_nice() of any reaper while a fork() parks its worker.
   mutable mutex_type nice_mutex_;
 
-  // The reaper whose reap_on_caller runs on this thread, if any.
-  static inline thread_local const reaper* reaping_here_ = nullptr;
+  // The reapers whose reap_on_caller runs on this thread, however nested.
+  struct reaping_tag;
+  using reaping_here = detail::calls_here<reaping_tag>;
 
   // Driven mode. in_flight_ holds the rest of a run's batch between runs, under drive_mutex_,
   // which every run, driven flush and driven stop holds while it tears down (taken before
@@ -607,8 +610,9 @@ class reaper final : private detail::fork_participant {
   bool driving_ = false;        // a run or flush is tearing down (control_mutex_)
   bool driver_parked_ = false;  // that flush waits for a thaw, holding nothing (control_mutex_)
   std::shared_ptr<detail::drive_gate> gate_;
-  // The reaper whose run, flush or stop tears down on this thread, if any.
-  static inline thread_local const reaper* driving_here_ = nullptr;
+  // The reapers whose run, flush or stop tears down on this thread, however nested.
+  struct driving_tag;
+  using driving_here = detail::calls_here<driving_tag>;
 };
 
 }  // namespace teardown
