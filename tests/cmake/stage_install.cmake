@@ -17,12 +17,6 @@ foreach(expected
     message(FATAL_ERROR "the install is missing ${expected}")
   endif()
 endforeach()
-# Whether this build's tools were built or not, the install leaves no empty directory (tools/
-# installs them with install(TARGETS ... OPTIONAL), whose destination CMake creates regardless).
-file(GLOB_RECURSE entries LIST_DIRECTORIES true "${STAGING}/*")
-foreach(entry IN LISTS entries)
-  file(GLOB children LIST_DIRECTORIES true "${entry}/*" "${entry}/.*")
-  if(IS_DIRECTORY "${entry}" AND NOT children)
-    message(FATAL_ERROR "the install left an empty directory: ${entry}")
-  endif()
-endforeach()
+# Whether this build's tools were built or not, the install leaves no empty directory.
+include("${CMAKE_CURRENT_LIST_DIR}/no_empty_directory.cmake")
+teardown_expect_no_empty_directory("${STAGING}" "the install")

@@ -277,14 +277,19 @@ bool drop_cap_sys_nice_on_this_thread() {
   return syscall(SYS_capset, &header, data) == 0;
 }
 
-TEST_F(ReaperBoostTest, ARaiseTheSystemRefusesIsCountedTracedAndChangesNothing) {
+// Why a thread without CAP_SYS_NICE would not be refused a raise to `to` here: an RLIMIT_NICE
+// that reaches it. Nothing where it would be refused.
+std::optional<std::string> nice_limit_allows(int to) {
   rlimit nice_limit{};
-  ASSERT_EQ(getrlimit(RLIMIT_NICE, &nice_limit), 0);
+  if (getrlimit(RLIMIT_NICE, &nice_limit) != 0) return std::string("getrlimit(RLIMIT_NICE) failed");
+  if (nice_limit.rlim_cur != RLIM_INFINITY && nice_limit.rlim_cur < static_cast<rlim_t>(20 - to)) return std::nullopt;
+  return "RLIMIT_NICE " + std::to_string(nice_limit.rlim_cur) + " lets any thread lower the worker's nice to " +
+         std::to_string(to);
+}
+
+TEST_F(ReaperBoostTest, ARaiseTheSystemRefusesIsCountedTracedAndChangesNothing) {
   const int caller_nice = own_nice();
-  if (nice_limit.rlim_cur != RLIM_INFINITY && nice_limit.rlim_cur >= static_cast<rlim_t>(20 - caller_nice)) {
-    GTEST_SKIP() << "RLIMIT_NICE " << nice_limit.rlim_cur << " lets any thread lower the worker's nice to "
-                 << caller_nice;
-  }
+  if (const auto why = nice_limit_allows(caller_nice)) GTEST_SKIP() << *why;
   const std::uint64_t domain = teardown::trace::new_domain();
   boost_recorder recorder(domain);
   blocking_first probe;
@@ -330,12 +335,7 @@ TEST_F(ReaperBoostTest, ARaiseTheSystemRefusesIsCountedTracedAndChangesNothing) 
 // reaper compares the nice in force, not the refused request.
 TEST_F(ReaperBoostTest, ARefusedSetNiceChangesNothingAndTheRefusalIsSaidOnce) {
   const int caller_nice = own_nice();
-  rlimit nice_limit{};
-  ASSERT_EQ(getrlimit(RLIMIT_NICE, &nice_limit), 0);
-  if (nice_limit.rlim_cur != RLIM_INFINITY && nice_limit.rlim_cur >= static_cast<rlim_t>(20 - caller_nice)) {
-    GTEST_SKIP() << "RLIMIT_NICE " << nice_limit.rlim_cur << " lets any thread lower the worker's nice to "
-                 << caller_nice;
-  }
+  if (const auto why = nice_limit_allows(caller_nice)) GTEST_SKIP() << *why;
   const std::uint64_t domain = teardown::trace::new_domain();
   boost_recorder recorder(domain);
   blocking_first probe;
