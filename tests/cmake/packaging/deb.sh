@@ -43,6 +43,7 @@ packages_built() {
 case "$mode" in
 build)
   rm -rf "$debs"
+  mkdir -p "$work"  # a fresh build tree has none yet: tee would fail
   bash "$source_dir/scripts/package.sh" "$debs" | tee "$work/package.log"
   # The packages README.md names ("Debian packages"), and only those: libteardown-dev,
   # teardown-tools and its -dbgsym (amd64, unless DEB_BUILD_OPTIONS has noautodbgsym). The
