@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <exception>
@@ -133,11 +134,9 @@ template <class T, llist_node T::*Hook, class Fn, class Queue>
 template <class Take>
 inline std::size_t reaper<T, Hook, Fn, Queue>::reap_on_caller(Take&& take) {
   refuse_on_worker("reap_on_caller");
-  std::uint64_t completed_before = 0;
   {
     const std::lock_guard lock(control_mutex_);
-    ++caller_reaps_;
-    completed_before = flush_completed_;
+    if (caller_reaps_++ == 0) caller_reaps_since_ = flush_completed_;
   }
   // Counted as a hand (see "The barrier") before the take, until everything taken is torn
   // down or back on the queue: a flush after stop waits for it.
@@ -160,7 +159,7 @@ inline std::size_t reaper<T, Hook, Fn, Queue>::reap_on_caller(Take&& take) {
     } catch (...) {
       declined.push_front(*item);
       while (T* rest = offered.pop_front()) declined.push_front(*rest);
-      finish_caller_reap(std::move(declined), completed_before);
+      finish_caller_reap(std::move(declined));
       throw;
     }
     if (!here) {
@@ -170,7 +169,7 @@ inline std::size_t reaper<T, Hook, Fn, Queue>::reap_on_caller(Take&& take) {
     tear_down_inline(*item);  // may free item
     ++torn_down;
   }
-  finish_caller_reap(std::move(declined), completed_before);
+  finish_caller_reap(std::move(declined));
   return torn_down;
 }
 
@@ -200,8 +199,7 @@ inline reaper_stats reaper<T, Hook, Fn, Queue>::stats() const noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-inline void reaper<T, Hook, Fn, Queue>::finish_caller_reap(llist_chain<T, Hook>&& declined,
-                                                    std::uint64_t completed_before) noexcept {
+inline void reaper<T, Hook, Fn, Queue>::finish_caller_reap(llist_chain<T, Hook>&& declined) noexcept {
   // Stopped already (an RMW that changes nothing: like the kick below, it is ordered against
   // the worker's STOPPED exchange): no worker will take them, and a put-back now could hand
   // an item enqueued before a settling flush to a hand counted after its flip, which that
@@ -225,7 +223,7 @@ inline void reaper<T, Hook, Fn, Queue>::finish_caller_reap(llist_chain<T, Hook>&
   --caller_reaps_;
   if (requeued) {
     ++put_backs_;
-    if (flush_completed_ > completed_before) flush_completed_ = completed_before;
+    flush_completed_ = std::min(flush_completed_, caller_reaps_since_);
   }
   const bool flush_waits = flush_requested_ > flush_completed_;
   if (flush_waits) request_locked();

@@ -374,10 +374,12 @@ class reaper final : private detail::fork_participant {
   // ---- control plane ------------------------------------------------------------------------
 
   // Ends a reap_on_caller: puts the declined items back and lets waiting flushes finish. A put-
-  // back voids the worker's pass in progress and every flush ticket completed since this call
-  // began (those passes may have run while this call held the items): the worker's next pass
+  // back voids the worker's pass in progress and every flush ticket completed since the first
+  // of the calls in progress began (caller_reaps_since_): those passes may have run while this
+  // call, or one it overlaps, held the items, and with overlapping calls an item can pass from
+  // one call's put-back to the other's take after the other began. The worker's next pass
   // completes them again (see "The barrier"). Runs inside the call's hand.
-  void finish_caller_reap(llist_chain<T, Hook>&& declined, std::uint64_t completed_before) noexcept;
+  void finish_caller_reap(llist_chain<T, Hook>&& declined) noexcept;
 
   // Hands (see "The barrier"): a caller that takes items off the queue outside the worker (an
   // inline drain after stop, a reap_on_caller) counts itself on the side that hand_side_bit
@@ -587,6 +589,7 @@ class reaper final : private detail::fork_participant {
   std::uint64_t flush_requested_ = 0;
   std::uint64_t flush_completed_ = 0;
   std::uint64_t caller_reaps_ = 0;  // reap_on_caller calls in progress
+  std::uint64_t caller_reaps_since_ = 0;  // flush_completed_ when caller_reaps_ last left 0
   std::uint64_t put_backs_ = 0;       // reap_on_caller put-backs so far (see "The barrier")
   std::uint64_t pass_put_backs_ = 0;  // put_backs_ when the worker's pass took its flush ticket
 

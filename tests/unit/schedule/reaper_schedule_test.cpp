@@ -179,6 +179,57 @@ TEST(ScheduleTest, FlushIsABarrierBesideReapOnCaller) {
   expect_explored(result, expected_runs(schedules));
 }
 
+// Two reap_on_caller calls that overlap and put back what they took. The first holds the item
+// while the worker completes the flush's ticket on the empty queue (a sleep: in the scheduler,
+// time moves only once every other thread is blocked); the second begins then, takes the item
+// the first puts back, and holds it while the worker completes the same ticket again. The flush
+// must still wait until the item is torn down: a put-back voids every completion since the
+// first of the overlapping calls began, not only since its own.
+TEST(ScheduleTest, FlushWaitsThroughOverlappingPutBacks) {
+  const auto result = sched::explore({.name = "overlapping put-backs", .schedules = schedules / 20}, [] {
+    std::vector<item> all = items(1);
+    scheduled_reaper reaper(count_runs{}, quiet());
+    reaper.freeze();  // until the first caller holds the item
+    enqueue_each(reaper, all, 0, 1);
+    sched::atomic<std::uint32_t> held{0};  // bit 0: the first holds the item, bit 1: the second
+    sched::atomic<std::uint32_t> go{0};    // the same bits: that caller may put it back
+    const auto caller = [&](std::uint32_t bit) {
+      return [&, bit] {
+        (void)reaper.reap_on_caller([&, bit](item&) {
+          held.fetch_or(bit, std::memory_order_relaxed);
+          sched::sync::futex_wake_one(held);
+          for (std::uint32_t seen; !((seen = go.load(std::memory_order_relaxed)) & bit);) {
+            sched::sync::futex_wait(go, seen);
+          }
+          return false;
+        });
+      };
+    };
+    const auto release = [&](std::uint32_t bit) {
+      go.fetch_or(bit, std::memory_order_relaxed);
+      sched::sync::futex_wake_one(go);
+    };
+    sched::thread first(caller(1));
+    for (std::uint32_t seen; !((seen = held.load(std::memory_order_relaxed)) & 1);) sched::sync::futex_wait(held, seen);
+    reaper.thaw();
+    sched::thread flusher([&] {
+      reaper.flush();
+      sched::check(all[0].runs.load(std::memory_order_relaxed) == 1, "flush returned before the item was torn down");
+    });
+    sched::sync::sleep_for(std::chrono::milliseconds(1));  // the worker has completed the ticket
+    sched::thread second(caller(2));
+    release(1);
+    first.join();
+    sched::sync::sleep_for(std::chrono::milliseconds(1));  // and again, if the second holds the item
+    release(2);
+    second.join();
+    flusher.join();
+    reaper.stop();
+    expect_once_each(all, "after stop");
+  });
+  expect_explored(result, expected_runs(schedules / 20));
+}
+
 // Freeze/thaw: fn never starts while frozen; a freeze that returns has the worker parked
 // between items; everything runs once after the thaw.
 TEST(ScheduleTest, FreezeParksTheWorkerAndThawResumesIt) {
