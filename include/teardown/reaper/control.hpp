@@ -87,10 +87,12 @@ inline void reaper<T, Hook, Fn, Queue>::freeze() {
   ++freeze_depth_;
   request_locked();
   if (opts_.driven) {
-    control_changed_.wait(lock, [&] { return !driving_ || driver_parked_ || stop_requested_; });
+    control_changed_.wait(lock, [&] { return drivers_ == 0 || driver_parked_ || stop_requested_; });
     lock.unlock();
-    // Between runs the rest of a batch is held: hand it back, so reap_on_caller reaches it. A
-    // drive lock taken by someone else is a run that hands it back itself when it sees the freeze.
+    // Between runs the rest of a batch is held: hand it back, so reap_on_caller reaches it. No
+    // driver is counted, so a drive lock taken by someone else is a run or flush that began after
+    // the freeze: it hands the rest back itself when it sees the freeze (or the driver is parked,
+    // having handed it back).
     if (drive_mutex_.try_lock()) {
       lock.lock();
       if (freeze_depth_ > 0 && !stop_requested_) (void)hand_back_in_flight();

@@ -17,16 +17,20 @@
 
 namespace teardown {
 
-// driving_ on (under control_mutex_) while this thread tears down, driving_here for fn.
+// Counted in drivers_ by the caller (under control_mutex_) before the scope begins; the scope
+// releases the drive lock first and uncounts after, so a freeze waiting for no driver cannot
+// return while a run still holds the rest of its batch under that lock.
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 struct reaper<T, Hook, Fn, Queue>::driving_scope {
   reaper& self;
+  std::unique_lock<mutex_type>& drive;
   typename driving_here::scope here;
-  explicit driving_scope(reaper& owner) noexcept : self(owner), here(&owner) {}
+  driving_scope(reaper& owner, std::unique_lock<mutex_type>& drive_lock) noexcept
+      : self(owner), drive(drive_lock), here(&owner) {}
   ~driving_scope() {
+    if (drive.owns_lock()) drive.unlock();
     const std::lock_guard lock(self.control_mutex_);
-    self.driving_ = false;
-    self.driver_parked_ = false;
+    --self.drivers_;
     self.control_changed_.notify_all();
   }
 };
@@ -75,9 +79,9 @@ inline bool reaper<T, Hook, Fn, Queue>::driven_frozen(bool wait, typename clock_
   }
   (void)hand_back_in_flight();
   handed_back_ = false;
+  if (!wait) return true;  // a run: it returns now, and a freeze waits until it has
   driver_parked_ = true;
   control_changed_.notify_all();
-  if (!wait) return true;
   const auto thawed = [&] { return freeze_depth_ == 0 || stop_requested_; };
   if (deadline == clock_type::time_point::max()) {
     control_changed_.wait(lock, thawed);
@@ -89,7 +93,8 @@ inline bool reaper<T, Hook, Fn, Queue>::driven_frozen(bool wait, typename clock_
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-inline drive_result reaper<T, Hook, Fn, Queue>::run_locked(drive_limits limits) {
+inline drive_result reaper<T, Hook, Fn, Queue>::run_locked(drive_limits limits,
+                                                           std::unique_lock<mutex_type>& drive) {
   std::uint64_t value = 0;
   // Read before the take: an add after the take finds the queue empty and signals again.
   (void)!::read(work_fd_, &value, sizeof value);
@@ -101,9 +106,9 @@ inline drive_result reaper<T, Hook, Fn, Queue>::run_locked(drive_limits limits) 
       handed_back_ = false;
       return {};
     }
-    driving_ = true;
+    ++drivers_;
   }
-  const driving_scope scope(*this);
+  const driving_scope scope(*this, drive);
   const bool timed = limits.time != std::chrono::nanoseconds::max();
   const std::uint64_t start = timed ? sync_ops::now_ns() : 0;
   const std::uint64_t budget_ns = limits.time.count() > 0 ? static_cast<std::uint64_t>(limits.time.count()) : 0;
@@ -138,10 +143,10 @@ inline bool reaper<T, Hook, Fn, Queue>::drive_flush(typename clock_type::time_po
       drive.unlock();
       return settle_after_stop(deadline);
     }
-    driving_ = true;
+    ++drivers_;
     put_backs = put_backs_;
   }
-  const driving_scope scope(*this);
+  const driving_scope scope(*this, drive);
   for (;;) {
     bool took = false;
     bool expired = false;

@@ -68,7 +68,7 @@ inline void reaper<T, Hook, Fn, Queue>::fork_child() noexcept {
     new (&control_mutex_) mutex_type;
     // Driven: a run or flush on another thread held the drive lock, and that thread is not here.
     new (&drive_mutex_) mutex_type;
-    driving_ = false;
+    drivers_ = 0;
     driver_parked_ = false;
     flush_completed_ = flush_requested_;
     worker_joining_ = false;

@@ -227,8 +227,8 @@ class reaper final : private detail::fork_participant {
       throw std::logic_error("teardown::reaper::run: the reaper is not driven (reaper_options::driven)");
     }
     refuse_on_worker("run");
-    const std::lock_guard drive(drive_mutex_);
-    return run_locked(limits);
+    std::unique_lock drive(drive_mutex_);
+    return run_locked(limits, drive);
   }
 
   /// Driven: an eventfd (EFD_NONBLOCK | EFD_CLOEXEC), readable while run() has work to do
@@ -455,13 +455,15 @@ class reaper final : private detail::fork_participant {
   bool driven_frozen(bool wait, typename clock_type::time_point deadline, bool& expired);
 
 
-  // driving_ on (under control_mutex_) while this thread tears down, driving_here for fn (drive.hpp).
+  // A run's or a driven flush's hold of the drive lock: counted in drivers_ (under control_mutex_)
+  // from before the lock is taken until after it is released, and driving_here for fn
+  // (drive.hpp). So a freeze that sees no driver sees no run holding the rest of a batch.
   struct driving_scope;
 
   // Lock-free check the next run would find something: the held rest or the queue.
   bool driven_more() const noexcept { return !in_flight_.empty() || !queue_.empty(); }
 
-  drive_result run_locked(drive_limits limits);
+  drive_result run_locked(drive_limits limits, std::unique_lock<mutex_type>& drive);
 
   // flush() when driven: tears down on the caller, under the drive lock, the held rest and
   // everything on the queue at one take after it (so producers cannot keep it going), then waits
@@ -610,8 +612,8 @@ class reaper final : private detail::fork_participant {
   // control_mutex_, never inside it but for freeze's try_lock).
   int work_fd_ = -1;
   mutex_type drive_mutex_;
-  bool driving_ = false;        // a run or flush is tearing down (control_mutex_)
-  bool driver_parked_ = false;  // that flush waits for a thaw, holding nothing (control_mutex_)
+  std::uint64_t drivers_ = 0;   // runs and flushes that hold the drive lock (control_mutex_)
+  bool driver_parked_ = false;  // a flush waits for a thaw, holding nothing (control_mutex_)
   std::shared_ptr<detail::drive_gate> gate_;
   // The reapers whose run, flush or stop tears down on this thread, however nested.
   struct driving_tag;

@@ -18,9 +18,11 @@ LOOP = H + 'reaper/worker_loop.hpp'    # the worker's pass
 CONTROL = H + 'reaper/control.hpp'     # flush tickets, the hand count, freeze, stop
 QUEUE = H + 'reaper/queue_concepts.hpp'
 CLASS = H + 'reaper/reaper_class.hpp'
+DRIVE = H + 'reaper/drive.hpp'         # driven runs and flushes
 STEAL = H + 'reaper_pool/stealing.hpp'
 T = H + 'trace.hpp'
-# name: (file, text to replace (exactly once), the bug, the schedule tests that must catch it)
+# name: (file, text to replace (exactly once), the bug, the schedule tests that must catch it
+#        [, the test program: reaper_schedule_test unless named])
 plants = {
  'wake': (WAKE, """  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
   if (previous & stopped_bit) {
@@ -39,6 +41,12 @@ plants = {
  'putback_own_start': (CONTROL, "if (caller_reaps_++ == 0) caller_reaps_since_ = flush_completed_;",
                        "caller_reaps_++;\n    caller_reaps_since_ = flush_completed_;",
                        'ScheduleTest.FlushWaitsThroughOverlappingPutBacks'),
+ 'driver_uncounted_first': (DRIVE,
+                            "    if (drive.owns_lock()) drive.unlock();\n    const std::lock_guard lock(self.control_mutex_);\n"
+                            "    --self.drivers_;\n    self.control_changed_.notify_all();",
+                            "    {\n      const std::lock_guard lock(self.control_mutex_);\n      --self.drivers_;\n"
+                            "      self.control_changed_.notify_all();\n    }\n    if (drive.owns_lock()) drive.unlock();",
+                            'DrivenScheduleTest.AFreezeReturnsOnlyOnceNoRunHoldsItems', 'reaper_driven_schedule_test'),
  'uncounted_drain': (CONTROL, "  const std::uint64_t unit = open_hand();\n  drain_inline();\n  close_hand(unit);",
                      "  drain_inline();", 'ScheduleTest.StopCovers*'),
  'stop_ignores_caller_reaps': (CONTROL, "const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };",
@@ -64,17 +72,18 @@ plants = {
 }
 names = sys.argv[1:] or list(plants)
 for name in names:
-    f, old, new, flt = plants[name]
+    f, old, new, flt, *program = plants[name]
+    program = program[0] if program else 'reaper_schedule_test'
     path = root / f
     text = path.read_text()
     assert text.count(old) == 1, (name, text.count(old))
     path.write_text(text.replace(old, new))
     try:
-        b = subprocess.run(['cmake', '--build', '--preset', 'default', '-j1', '--target', 'reaper_schedule_test'],
+        b = subprocess.run(['cmake', '--build', '--preset', 'default', '-j1', '--target', program],
                            cwd=root, capture_output=True, text=True)
         if b.returncode != 0:
             print(f'== {name}: BUILD FAILED\n' + b.stdout[-2000:]); continue
-        r = subprocess.run(['timeout', '600', 'build/default/tests/reaper_schedule_test', f'--gtest_filter={flt}'],
+        r = subprocess.run(['timeout', '600', f'build/default/tests/{program}', f'--gtest_filter={flt}'],
                            cwd=root, capture_output=True, text=True)
         out = r.stdout + r.stderr
         lines = [l for l in out.splitlines() if 'schedule' in l.lower() and any(

@@ -142,4 +142,33 @@ TEST(DrivenScheduleTest, FreezeParksRunsAndFlushUntilThaw) {
   EXPECT_GE(result.runs, expected_runs(schedules));
 }
 
+// A freeze against a bounded run that ends holding the rest of its batch: once freeze returns,
+// nothing is held by a run, so everything not yet torn down is on the queue, where a
+// reap_on_caller during the freeze is offered it.
+TEST(DrivenScheduleTest, AFreezeReturnsOnlyOnceNoRunHoldsItems) {
+  const auto result = sched::explore({.name = "driven freeze after a bounded run", .schedules = schedules}, [] {
+    std::vector<item> all = items(4);
+    driven_reaper<sched::sync> reaper(count_runs{}, driven());
+    for (item& x : all) reaper.enqueue(x);
+    sched::thread driver([&] { (void)reaper.run({.items = 1}); });
+    reaper.freeze();
+    std::size_t offered = 0;
+    (void)reaper.reap_on_caller([&](item&) {
+      ++offered;
+      return false;
+    });
+    std::size_t torn_down = 0;
+    for (const item& x : all) torn_down += static_cast<std::size_t>(x.runs.load(std::memory_order_relaxed));
+    sched::check(offered + torn_down == all.size(),
+                 "frozen: " + std::to_string(offered) + " offered and " + std::to_string(torn_down) +
+                     " torn down of " + std::to_string(all.size()) + ": the rest is held by a run");
+    reaper.thaw();
+    driver.join();
+    reaper.flush();
+    check_done(all, 0, all.size(), "after thaw and flush");
+  });
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, expected_runs(schedules));
+}
+
 }  // namespace
