@@ -88,9 +88,8 @@ struct shared_client {
   void (*reap)(void* self, T& item) = nullptr;
 };
 
-// The domain-shutdown gate (see "The gate"). WaitForPuts = false is a planted bug for the
-// scheduler test: close() that does not wait for puts in flight.
-template <class Sync = std_sync, bool WaitForPuts = true>
+// The domain-shutdown gate (see "The gate").
+template <class Sync = std_sync>
 class domain_gate {
  public:
   static constexpr std::uint32_t closed_bit = 1u << 31;
@@ -113,7 +112,7 @@ class domain_gate {
   bool close(bool wait = true, std::uint64_t deadline_ns = ~std::uint64_t{0}) noexcept {
     // acquire: pairs with leave()'s release when no put is in flight.
     std::uint32_t seen = word_.fetch_or(closed_bit, std::memory_order_acquire) | closed_bit;
-    if (!WaitForPuts || !wait) return seen == closed_bit;
+    if (!wait) return seen == closed_bit;
     while (seen != closed_bit) {
       if (deadline_ns == ~std::uint64_t{0}) {
         Sync::futex_wait(word_, seen);

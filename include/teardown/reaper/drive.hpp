@@ -129,10 +129,6 @@ inline drive_result reaper<T, Hook, Fn, Queue>::run_locked(drive_limits limits,
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline bool reaper<T, Hook, Fn, Queue>::drive_flush(typename clock_type::time_point deadline) {
-  if constexpr (planted_flush_skips_drive_lock) {
-    for (T& item : take_queue(/*sweep=*/true, /*oldest_first=*/true)) tear_down(item, /*on_worker=*/true);
-    return true;
-  }
   std::unique_lock drive(drive_mutex_, std::defer_lock);
   if (!lock_before(drive, deadline)) return false;
   std::uint64_t put_backs = 0;

@@ -478,17 +478,6 @@ class reaper final : private detail::fork_participant {
   // A deadline is polled, not passed to a timed lock (see settle_after_stop).
   bool lock_before(std::unique_lock<mutex_type>& lock, typename clock_type::time_point deadline);
 
-  // A bug planted for tests/unit/schedule (a Sync policy that declares it): a driven flush that
-  // does not take the drive lock, draining only the queue, so it can return while another
-  // caller's run is in fn or holds the rest of its batch.
-  static constexpr bool planted_flush_skips_drive_lock = [] {
-    if constexpr (requires { sync_ops::planted_flush_skips_drive_lock; }) {
-      return sync_ops::planted_flush_skips_drive_lock;
-    } else {
-      return false;
-    }
-  }();
-
   // ---- boost -------------------------------------------------------------------------------
 
   // A priority change to trace once no lock of ours is held (a hook may call into the reaper; boost.hpp).

@@ -47,6 +47,16 @@ plants = {
                             "    {\n      const std::lock_guard lock(self.control_mutex_);\n      --self.drivers_;\n"
                             "      self.control_changed_.notify_all();\n    }\n    if (drive.owns_lock()) drive.unlock();",
                             'DrivenScheduleTest.AFreezeReturnsOnlyOnceNoRunHoldsItems', 'reaper_driven_schedule_test'),
+ 'flush_skips_drive_lock': (DRIVE,
+                            "  std::unique_lock drive(drive_mutex_, std::defer_lock);\n"
+                            "  if (!lock_before(drive, deadline)) return false;\n  std::uint64_t put_backs = 0;",
+                            "  for (T& item : take_queue(true, true)) tear_down(item, true);\n  return true;\n"
+                            "  std::unique_lock drive(drive_mutex_, std::defer_lock);\n"
+                            "  if (!lock_before(drive, deadline)) return false;\n  std::uint64_t put_backs = 0;",
+                            'DrivenScheduleTest.RunFlushAndEnqueue*', 'reaper_driven_schedule_test'),
+ 'gate_skips_wait': (H + 'shared_worker.hpp', "    if (!wait) return seen == closed_bit;",
+                     "    if (true || !wait) return seen == closed_bit;",
+                     'SharedWorkerScheduleTest.ShutdownWaitsForAPutInFlight', 'shared_worker_test'),
  'uncounted_drain': (CONTROL, "  const std::uint64_t unit = open_hand();\n  drain_inline();\n  close_hand(unit);",
                      "  drain_inline();", 'ScheduleTest.StopCovers*'),
  'stop_ignores_caller_reaps': (CONTROL, "const auto no_caller_reaps = [&] { return caller_reaps_ == 0; };",
