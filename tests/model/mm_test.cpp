@@ -1659,10 +1659,10 @@ TEST_F(MmTest, StopAndStopForStopBothWorkersAndAreIdempotent) {
 
 TEST_F(MmTest, NiceIsTheMmReapersAndSetNiceChecksTheRange) {
   mm_system kernel(async_on());
-  EXPECT_EQ(kernel.nice(), 19);
+  EXPECT_EQ(kernel.nice(), default_worker_nice(19));
   EXPECT_THROW(kernel.set_nice(20), std::invalid_argument);
   EXPECT_THROW(kernel.set_nice(-21), std::invalid_argument);
-  EXPECT_EQ(kernel.nice(), 19);
+  EXPECT_EQ(kernel.nice(), default_worker_nice(19));
   EXPECT_TRUE(kernel.set_nice(19));
 }
 
@@ -1712,7 +1712,7 @@ TEST_F(KnobTest, ConstructorRefusesAPoolWorkerThatWouldBeIgnored) {
   named.reaper.name = "mine";
   named.pool.workers = 2;
   teardown::model::pooled_mm_system kernel(std::move(named));  // the way to name the workers
-  EXPECT_EQ(kernel.nice(), 19);
+  EXPECT_EQ(kernel.nice(), default_worker_nice(19));
 }
 
 }  // namespace

@@ -82,4 +82,14 @@ inline std::optional<std::string> nice_lowering_refused(int to) {
          "): the privileged path cannot be tested as this user";
 }
 
+// The nice a reaper's worker runs at when its options ask for `asked` and keep the default rule
+// (a boost on, nice_only_if_raisable): `asked` where this process may raise it back to the calling
+// thread's nice, that nice elsewhere (an ordinary user: no nice is applied that no boost could undo).
+inline int default_worker_nice(int asked = 19) {
+  errno = 0;
+  const int caller = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  if (asked <= caller || !nice_lowering_refused(caller)) return asked;
+  return caller;
+}
+
 }  // namespace teardown_test

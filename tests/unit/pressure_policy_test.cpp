@@ -96,6 +96,8 @@ teardown::async_teardown_options composition_options(std::uint64_t cap = 1'000) 
   opts.max_pending = cap;
   opts.sync_when_stalled = false;  // a frozen worker's backlog stays queued however long
   opts.reaper.name = "pressure_items";
+  // At 19 for every user: these tests are about the policy's raise, and its refusal.
+  opts.reaper.nice_only_if_raisable = false;
   return opts;
 }
 
@@ -424,7 +426,8 @@ TEST(PressurePolicyTest, ADeferredDomainsFrozenBacklogIsGivenBack) {
 TEST(PressurePolicyTest, AnMmSystemsFrozenBacklogIsGivenBackInPages) {
   injected_source source;
   pressure_monitor monitor(source.options());
-  teardown::model::mm_system kernel({.async_mm_teardown = true, .thresh_pages = 1, .max_pending_pages = 10'000});
+  teardown::model::mm_system kernel({.async_mm_teardown = true, .thresh_pages = 1, .max_pending_pages = 10'000,
+                                     .reaper = {.name = "mm_reaper", .nice_only_if_raisable = false}});
   kernel.freeze();
   for (int i = 0; i < 3; ++i) {
     auto task = kernel.spawn(/*rss_pages=*/100);
@@ -489,7 +492,8 @@ static_assert(!teardown::pressure_target<destroy_log>);
 
 // The model speaks the generic names in pages, and its old special-cased names still forward.
 TEST(PressureEntryPointsTest, TheModelsGenericEntryPointsAreItsPagesKnob) {
-  teardown::model::mm_system kernel({.max_pending_pages = 500});
+  teardown::model::mm_system kernel(
+      {.max_pending_pages = 500, .reaper = {.name = "mm_reaper", .nice_only_if_raisable = false}});
   EXPECT_EQ(kernel.max_pending(), 500u);
   EXPECT_EQ(kernel.get("vm.async_mm_teardown_max_pending_pages"), "500");
   EXPECT_FALSE(kernel.replace_max_pending(400, 10));

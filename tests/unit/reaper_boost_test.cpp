@@ -251,7 +251,9 @@ TEST_F(ReaperBoostTest, SetNiceEndsABoost) {
   if (const auto why = nice_lowering_refused(std::min(own_nice(), 10))) GTEST_SKIP() << *why;
   blocking_first probe;
   auto jobs = make_jobs(2);
-  job_reaper reaper(probe.fn(), {.name = "boost_set_nice"});
+  // boost_after far away: on a loaded machine the flush below would otherwise raise the worker
+  // itself before item 1 starts, and item 1 would run at the flusher's nice, not at 10.
+  job_reaper reaper(probe.fn(), {.name = "boost_set_nice", .boost_after = std::chrono::hours(1)});
   reaper.enqueue(jobs[0]);
   wait_until(probe.started);
   if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
@@ -296,8 +298,11 @@ TEST_F(ReaperBoostTest, ARaiseTheSystemRefusesIsCountedTracedAndChangesNothing) 
   auto jobs = make_jobs(1);
   // boost_after far away: the flush below must not raise the worker itself (on a loaded machine a nice-19
   // worker takes longer than the default 10 ms to finish, and that raise would be a second event).
+  // nice_only_if_raisable off: the worker goes to 19 even where no raise could undo it (an
+  // ordinary user), the state whose refused raise this test is about.
   job_reaper reaper(probe.fn(), {.name = "boost_refused",
                                  .boost_after = std::chrono::hours(1),
+                                 .nice_only_if_raisable = false,
                                  .trace_domain = domain});
   reaper.enqueue(jobs[0]);
   wait_until(probe.started);
@@ -341,7 +346,7 @@ TEST_F(ReaperBoostTest, ARefusedSetNiceChangesNothingAndTheRefusalIsSaidOnce) {
   blocking_first probe;
   auto jobs = make_jobs(1);
   job_reaper reaper(probe.fn(), {.name = "boost_said_once", .boost_after = std::chrono::hours(1),
-                                 .trace_domain = domain});
+                                 .nice_only_if_raisable = false, .trace_domain = domain});
   reaper.enqueue(jobs[0]);
   wait_until(probe.started);
   if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
@@ -384,6 +389,56 @@ TEST_F(ReaperBoostTest, ARefusedSetNiceChangesNothingAndTheRefusalIsSaidOnce) {
   probe.release.count_down();
   reaper.flush();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
+// The nice a boost could not undo is not applied: a reaper made by a thread that may not lower a
+// nice value back (here, one that dropped CAP_SYS_NICE, with an RLIMIT_NICE that does not reach
+// its nice) keeps its worker at that thread's nice, says so in setup_warnings, and nice() agrees;
+// a thread that may raise it back gets the nice it asked for. With nice_only_if_raisable off, or
+// without a boost, the nice is applied either way.
+TEST_F(ReaperBoostTest, ANiceNoBoostCouldUndoIsNotAppliedAndTheWorkerKeepsItsCreatorsNice) {
+  const int caller_nice = own_nice();
+  if (const auto why = nice_limit_allows(caller_nice)) GTEST_SKIP() << *why;
+  struct made {
+    int nice = -100;
+    int nice_reported = -100;
+    std::uint32_t warnings = 0;
+  };
+  const auto make = [&](reaper_options opts, bool drop) {
+    std::optional<made> result;
+    std::thread creator([&] {
+      if (drop && !drop_cap_sys_nice_on_this_thread()) return;
+      blocking_first probe;
+      auto jobs = make_jobs(1);
+      job_reaper reaper(probe.fn(), std::move(opts));
+      reaper.enqueue(jobs[0]);
+      wait_until(probe.started);
+      result = made{nice_of(probe.worker.load()), reaper.nice(), reaper.stats().setup_warnings};
+      probe.release.count_down();
+      reaper.flush();
+    });
+    creator.join();
+    return result;
+  };
+  const auto unraisable = make({.name = "nice_kept"}, /*drop=*/true);
+  if (!unraisable) GTEST_SKIP() << "capset refused to drop CAP_SYS_NICE: " << std::strerror(errno);
+  EXPECT_EQ(unraisable->nice, caller_nice) << "a nice-19 worker no boost could raise again";
+  EXPECT_EQ(unraisable->nice_reported, caller_nice);
+  EXPECT_NE(unraisable->warnings & teardown::setup_warning_nice_kept, 0u);
+  EXPECT_EQ(unraisable->warnings & teardown::setup_warning_nice, 0u);
+  for (const auto& opts : {reaper_options{.name = "nice_forced", .nice_only_if_raisable = false},
+                           reaper_options{.name = "nice_no_boost", .boost_after = std::chrono::nanoseconds(0)}}) {
+    const auto applied = make(opts, /*drop=*/true);
+    ASSERT_TRUE(applied.has_value());
+    EXPECT_EQ(applied->nice, 19) << opts.name;
+    EXPECT_EQ(applied->warnings & teardown::setup_warning_nice_kept, 0u) << opts.name;
+  }
+  if (!nice_lowering_refused(caller_nice)) {
+    const auto raisable = make({.name = "nice_applied"}, /*drop=*/false);
+    ASSERT_TRUE(raisable.has_value());
+    EXPECT_EQ(raisable->nice, 19) << "this thread may raise the worker back: the nice is applied";
+    EXPECT_EQ(raisable->warnings & teardown::setup_warning_nice_kept, 0u);
+  }
 }
 
 TEST_F(ReaperBoostTest, APoolFlushRaisesTheWorkerItWaitsForAndThePoolCountsIt) {

@@ -740,7 +740,8 @@ TEST_F(ReaperTest, LongNameIsTruncatedTo15Characters) {
   EXPECT_EQ(task_comm(worker), "td_reaper_name_");
 }
 
-TEST_F(ReaperTest, WorkerRunsAtNice19ByDefault) {
+// 19 where a boost could raise it back; an ordinary user's worker keeps the caller's nice ("Boost").
+TEST_F(ReaperTest, WorkerRunsAtNice19ByDefaultWhereABoostCouldUndoIt) {
   const long long caller_nice = task_stat_field(current_tid(), stat_nice);
   worker_probe probe;
   job_reaper reaper(probe.fn());
@@ -748,7 +749,8 @@ TEST_F(ReaperTest, WorkerRunsAtNice19ByDefault) {
   if (reaper.stats().setup_warnings & teardown::setup_warning_nice) {
     GTEST_SKIP() << "setpriority was refused here (setup_warning_nice)";
   }
-  EXPECT_EQ(task_stat_field(worker, stat_nice), 19);
+  EXPECT_EQ(task_stat_field(worker, stat_nice), default_worker_nice(19));
+  EXPECT_EQ(reaper.nice(), default_worker_nice(19)) << "nice() is the nice in force";
   EXPECT_EQ(task_stat_field(current_tid(), stat_nice), caller_nice) << "the caller's nice is untouched";
 }
 
@@ -759,7 +761,10 @@ TEST_F(ReaperTest, NiceOptionIsApplied) {
   if (reaper.stats().setup_warnings & teardown::setup_warning_nice) {
     GTEST_SKIP() << "setpriority(7) was refused here (setup_warning_nice)";
   }
-  EXPECT_EQ(task_stat_field(worker, stat_nice), 7);
+  EXPECT_EQ(task_stat_field(worker, stat_nice), default_worker_nice(7));
+  worker_probe forced_probe;
+  job_reaper forced(forced_probe.fn(), {.nice = 7, .nice_only_if_raisable = false});
+  EXPECT_EQ(task_stat_field(forced_probe.worker_tid(forced), stat_nice), 7) << "applied for every user";
 }
 
 TEST_F(ReaperTest, BatchAndIdlePoliciesAreApplied) {

@@ -39,8 +39,8 @@ enum class fork_policy {
 /// boost_after, a poll_interval_max without a poll_interval or below it, a policy, order or
 /// on_fork that is not one of the enum's values, or a name holding a NUL byte is refused with
 /// std::invalid_argument naming the field. With driven, so is every option that only a thread
-/// of ours could honour: poll_interval, poll_interval_max, cpus, policy, boost_nice, yield_after
-/// and on_fork = wait_for_item; on_work without driven is refused too. (name and nice are kept
+/// of ours could honour: poll_interval, poll_interval_max, cpus, policy, boost_nice,
+/// nice_only_if_raisable = false, yield_after and on_fork = wait_for_item; on_work without driven is refused too. (name and nice are kept
 /// but name no thread: nice() reports the value.)
 struct reaper_options {
   std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
@@ -71,6 +71,14 @@ struct reaper_options {
   std::optional<int> boost_nice{};       // the nice a boost raises the worker to; empty: the
                                          // waiting thread's own (the constructing thread's for
                                          // a backlog the worker finds itself)
+  bool nice_only_if_raisable = true;     // with a boost (boost_after > 0): `nice` is applied at
+                                         // the start only where the system would let a boost
+                                         // raise the worker back (CAP_SYS_NICE, or an
+                                         // RLIMIT_NICE reaching boost_nice or the constructing
+                                         // thread's nice); elsewhere the worker keeps the
+                                         // constructing thread's nice (setup_warning_nice_kept),
+                                         // as the peers' threads do: an unprivileged nice-19
+                                         // worker could never be raised again ("Boost")
   std::uint64_t trace_domain = 0;        // carried by the worker's boost trace events
   std::function<void()> after_batch{};   // called on the worker after each batch it ran (never
                                          // on a caller; driven: on the thread whose run or
@@ -92,6 +100,8 @@ enum setup_warning : std::uint32_t {
   setup_warning_affinity = 1u << 3,  // sched_setaffinity refused, or no CPU left to prefer
   setup_warning_raise = 1u << 4,     // a raise (a boost, a set_nice to a more urgent value) was
                                      // refused: no CAP_SYS_NICE, and RLIMIT_NICE does not reach it
+  setup_warning_nice_kept = 1u << 5, // `nice` was not applied: no boost could raise the worker
+                                     // back (nice_only_if_raisable); it runs at its creator's nice
 };
 
 struct reaper_stats {
@@ -181,6 +191,7 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
     if (!opts.cpus.empty()) no_thread("cpus");
     if (opts.policy != sched_policy::other) no_thread("policy");
     if (opts.boost_nice) no_thread("boost_nice");
+    if (!opts.nice_only_if_raisable) no_thread("nice_only_if_raisable");
     if (opts.yield_after.count() != 0) no_thread("yield_after");
     if (opts.on_fork != fork_policy::never_wait) no_thread("on_fork");
   }
@@ -195,14 +206,14 @@ inline reaper_options validated_reaper_options(reaper_options opts, const char* 
 inline bool is_default_reaper_options(const reaper_options& opts) {
   const reaper_options none{};
   const auto& [name, nice_value, on_error, cpus, policy, order, spin_polls, stall_threshold, yield_after,
-               poll_interval, poll_interval_max, on_fork, boost_after, boost_nice, trace_domain, after_batch, driven,
-               on_work] = opts;
+               poll_interval, poll_interval_max, on_fork, boost_after, boost_nice, nice_only_if_raisable,
+               trace_domain, after_batch, driven, on_work] = opts;
   return name == none.name && nice_value == none.nice && !on_error && cpus == none.cpus && policy == none.policy &&
          order == none.order && spin_polls == none.spin_polls && stall_threshold == none.stall_threshold &&
          yield_after == none.yield_after && poll_interval == none.poll_interval &&
          poll_interval_max == none.poll_interval_max && on_fork == none.on_fork && boost_after == none.boost_after &&
-         !boost_nice.has_value() && trace_domain == none.trace_domain && !after_batch && driven == none.driven &&
-         !on_work;
+         !boost_nice.has_value() && nice_only_if_raisable == none.nice_only_if_raisable &&
+         trace_domain == none.trace_domain && !after_batch && driven == none.driven && !on_work;
 }
 
 }  // namespace detail

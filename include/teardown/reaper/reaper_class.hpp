@@ -10,6 +10,7 @@
 // Design: docs/design.md, "The reaper".
 #pragma once
 
+#include <linux/capability.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -52,6 +53,20 @@ inline std::optional<int> calling_thread_nice() noexcept {
   const int value = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
   if (value == -1 && errno != 0) return std::nullopt;
   return value;
+}
+
+// Whether the calling thread may lower a nice value to `target` (setpriority's rule): with
+// CAP_SYS_NICE, or an RLIMIT_NICE of at least 20 - target. Asked of the kernel's own limits,
+// not by trying: a try would change the nice.
+inline bool calling_thread_may_lower_nice_to(int target) noexcept {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct caps[2]{};
+  if (syscall(SYS_capget, &header, caps) == 0 && (caps[CAP_SYS_NICE / 32].effective & (1u << (CAP_SYS_NICE % 32)))) {
+    return true;
+  }
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NICE, &limit) != 0) return false;
+  return limit.rlim_cur == RLIM_INFINITY || static_cast<long long>(limit.rlim_cur) >= 20LL - target;
 }
 
 // exit() called from fn on this reaper's worker (deferred.hpp's exit path): if the caller is
@@ -574,6 +589,7 @@ class reaper final : private detail::fork_participant {
   bool fork_parking_ = false;  // between fork_prepare and fork_parent/child
   std::uint64_t freeze_depth_ = 0;
   int nice_ = opts_.nice;  // set_nice's; applied by the worker at its start (nice_mutex_)
+  bool nice_set_ = false;  // set_nice was called: applied at the start whatever the rule (nice_mutex_)
   pid_t worker_tid_ = 0;   // the worker's thread id while it runs; 0 before and after (nice_mutex_)
   int boosted_nice_ = 0;   // the nice a boost raised the worker to, while boosted_ (nice_mutex_)
   atomic<bool> boosted_{false};  // written under nice_mutex_; read by the worker as a hint
