@@ -221,6 +221,7 @@ TEST(DrivenTest, ThreadOnlyOptionsAreRefusedNamingTheField) {
   EXPECT_TRUE(refused(driven({.cpus = {0}}), "cpus"));
   EXPECT_TRUE(refused(driven({.policy = teardown::sched_policy::idle}), "policy"));
   EXPECT_TRUE(refused(driven({.boost_nice = 0}), "boost_nice"));
+  EXPECT_TRUE(refused(driven({.nice_only_if_raisable = false}), "nice_only_if_raisable"));
   EXPECT_TRUE(refused(driven({.yield_after = 1ms}), "yield_after"));
   EXPECT_TRUE(refused(driven({.on_fork = teardown::fork_policy::wait_for_item}), "on_fork"));
   EXPECT_TRUE(refused({.on_work = [](teardown::drive_handle) {}}, "on_work"));

@@ -40,8 +40,8 @@ enum class fork_policy {
 /// on_fork that is not one of the enum's values, or a name holding a NUL byte is refused with
 /// std::invalid_argument naming the field. With driven, so is every option that only a thread
 /// of ours could honour: poll_interval, poll_interval_max, cpus, policy, boost_nice,
-/// nice_only_if_raisable = false, yield_after and on_fork = wait_for_item; on_work without driven is refused too. (name and nice are kept
-/// but name no thread: nice() reports the value.)
+/// nice_only_if_raisable = false, yield_after and on_fork = wait_for_item; on_work without driven
+/// is refused too. (name and nice are kept but name no thread: nice() reports the value.)
 struct reaper_options {
   std::string name = "reaper";                       // worker thread name (Linux keeps 15 chars)
   int nice = 19;                                     // applied to the worker thread; [-20, 19]
