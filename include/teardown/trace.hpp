@@ -160,7 +160,8 @@ struct process_release_event {
 
 /// A reaper's worker changed priority because work waited for it (docs/design.md, "Boost"): raised
 /// (nice_after < nice_before) or, once its queue was empty, lowered back to its own nice.
-/// reason is a static string: "flush" (a flush waited), "budget" (a wait_for_budget waited),
+/// reason is a static string: "flush" (a flush waited), "stop" (a stop waited for the final
+/// drain), "budget" (a wait_for_budget waited),
 /// "backlog" (the worker found its batch old), "caller" (boost() was called), "drained" (the
 /// lowering), "refused" (the reaper's first raise the system refused, a boost or a set_nice:
 /// nice_after is the nice asked for; later refusals are counted, not traced).

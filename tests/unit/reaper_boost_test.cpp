@@ -162,6 +162,37 @@ TEST_F(ReaperBoostTest, AFlushThatWaitsRaisesTheWorkerToTheFlushersNiceAndTheWor
   EXPECT_EQ(events[1].after, 19);
 }
 
+// A stop waits for the worker's final drain (a program's exit waits there for its deferred
+// teardowns): once it has waited boost_after, it raises the worker as a waiting flush does.
+TEST_F(ReaperBoostTest, AStopThatWaitsRaisesTheWorkerForItsFinalDrain) {
+  if (const auto why = nice_lowering_refused(own_nice())) GTEST_SKIP() << *why;
+  const std::uint64_t domain = teardown::trace::new_domain();
+  boost_recorder recorder(domain);
+  blocking_first probe;
+  auto jobs = make_jobs(2);
+  job_reaper reaper(probe.fn(), {.name = "boost_stop", .boost_after = 1ms, .trace_domain = domain});
+  reaper.enqueue(jobs[0]);
+  wait_until(probe.started);
+  if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
+  EXPECT_TRUE(reaper.set_nice(19));  // ends a backlog boost the worker may have made itself
+  const std::size_t events_before = recorder.events().size();
+  reaper.enqueue(jobs[1]);
+  const int stopper_nice = own_nice();
+  std::thread stopper([&] { reaper.stop(); });
+  const bool raised = eventually([&] { return nice_of(probe.worker.load()) == stopper_nice; }, 20s);
+  probe.release.count_down();
+  stopper.join();
+  EXPECT_TRUE(raised) << "the waiting stop never raised the worker";
+  EXPECT_EQ(probe.nice_at_start.load(), stopper_nice) << "the item behind the blocked one ran raised";
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  std::vector<recorded_boost> events = recorder.events();
+  events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(events_before));
+  ASSERT_GE(events.size(), 1u);
+  EXPECT_EQ(events[0].reason, "stop");
+  EXPECT_EQ(events[0].before, 19);
+  EXPECT_EQ(events[0].after, stopper_nice);
+}
+
 TEST_F(ReaperBoostTest, BoostAfterZeroNeverRaisesTheWorker) {
   blocking_first probe;
   auto jobs = make_jobs(2);

@@ -324,6 +324,19 @@ template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline bool reaper<T, Hook, Fn, Queue>::await_stop(typename clock_type::time_point deadline) {
   std::unique_lock lock(control_mutex_);
   const auto ended = [&] { return worker_done_ || !worker_running_; };
+  if (boost_ns_ != 0 && !ended()) {
+    // Waited boost_after for the worker's final drain: raise it, as a waiting flush does (see
+    // "Boost"). A program's exit waits here for its deferred teardowns.
+    const auto boost_at = clock_type::now() + opts_.boost_after;
+    if (!control_changed_.wait_until(lock, std::min(boost_at, deadline), ended)) {
+      if (clock_type::now() >= deadline) return false;
+      priority_change change;
+      (void)raise_worker("stop", change);
+      lock.unlock();
+      change.emit(opts_.trace_domain);
+      lock.lock();
+    }
+  }
   if (deadline == clock_type::time_point::max()) {
     control_changed_.wait(lock, ended);
   } else if (!control_changed_.wait_until(lock, deadline, ended)) {
