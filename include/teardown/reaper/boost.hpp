@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -107,6 +108,25 @@ inline void reaper<T, Hook, Fn, Queue>::lower_after_drain() noexcept {
     change = {worker_tid_, boosted_nice_, nice_, "drained"};
   }
   change.emit(opts_.trace_domain);
+}
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+template <class Done>
+inline bool reaper<T, Hook, Fn, Queue>::await_boost_point(std::unique_lock<mutex_type>& lock,
+                                                         typename clock_type::time_point deadline, Done done,
+                                                         const char* reason) {
+  if (boost_ns_ == 0 || done()) return true;
+  const auto boost_at = clock_type::now() + opts_.boost_after;
+  if (control_changed_.wait_until(lock, std::min(boost_at, deadline), done)) return true;
+  if (clock_type::now() >= deadline) return false;
+  // Still waiting: raise the worker, under the control mutex, so that the worker completes what
+  // is waited for (a flush's ticket), and then lowers itself, after the raise.
+  priority_change change;
+  (void)raise_worker(reason, change);
+  lock.unlock();
+  change.emit(opts_.trace_domain);
+  lock.lock();
+  return true;
 }
 
 template <class Reaper>

@@ -324,19 +324,8 @@ template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline bool reaper<T, Hook, Fn, Queue>::await_stop(typename clock_type::time_point deadline) {
   std::unique_lock lock(control_mutex_);
   const auto ended = [&] { return worker_done_ || !worker_running_; };
-  if (boost_ns_ != 0 && !ended()) {
-    // Waited boost_after for the worker's final drain: raise it, as a waiting flush does (see
-    // "Boost"). A program's exit waits here for its deferred teardowns.
-    const auto boost_at = clock_type::now() + opts_.boost_after;
-    if (!control_changed_.wait_until(lock, std::min(boost_at, deadline), ended)) {
-      if (clock_type::now() >= deadline) return false;
-      priority_change change;
-      (void)raise_worker("stop", change);
-      lock.unlock();
-      change.emit(opts_.trace_domain);
-      lock.lock();
-    }
-  }
+  // The worker's final drain: a program's exit waits here for its deferred teardowns.
+  if (!await_boost_point(lock, deadline, ended, "stop")) return false;
   if (deadline == clock_type::time_point::max()) {
     control_changed_.wait(lock, ended);
   } else if (!control_changed_.wait_until(lock, deadline, ended)) {
@@ -405,19 +394,7 @@ inline bool reaper<T, Hook, Fn, Queue>::await_flush(std::uint64_t ticket, typena
   const auto done = [&] {
     return (ticket != 0 && flush_completed_ >= ticket && caller_reaps_ == 0) || worker_gone();
   };
-  if (boost_ns_ != 0 && !done()) {
-    // Waited boost_after and still waiting: raise the worker (see "Boost"). Under the control
-    // mutex, so the worker completes this ticket, and then lowers itself, after the raise.
-    const auto boost_at = clock_type::now() + opts_.boost_after;
-    if (!control_changed_.wait_until(lock, std::min(boost_at, deadline), done)) {
-      if (clock_type::now() >= deadline) return false;
-      priority_change change;
-      (void)raise_worker("flush", change);
-      lock.unlock();
-      change.emit(opts_.trace_domain);
-      lock.lock();
-    }
-  }
+  if (!await_boost_point(lock, deadline, done, "flush")) return false;
   if (deadline == clock_type::time_point::max()) {
     control_changed_.wait(lock, done);
   } else if (!control_changed_.wait_until(lock, deadline, done)) {

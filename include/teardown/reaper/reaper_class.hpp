@@ -505,6 +505,12 @@ class reaper final : private detail::fork_participant {
   bool raise_worker(const char* reason) noexcept;
   // A raise the system refused: sets setup_warning_raise; true for the first one (to trace).
   bool note_refused_raise() noexcept;
+  // A flush or stop waiting, under control_mutex_ (`lock`), for done(): waits up to boost_after
+  // and, still waiting, raises the worker (reason: the trace event's). False if the deadline
+  // passed first; true otherwise, done() or not (the caller goes on waiting).
+  template <class Done>
+  bool await_boost_point(std::unique_lock<mutex_type>& lock, typename clock_type::time_point deadline, Done done,
+                         const char* reason);
 
   // On the worker, when a pass found its queue empty: back to its own nice. A raise that lands
   // after the hint below was read is lowered at the next empty pass. Raising the nice value
