@@ -173,8 +173,11 @@ inline void enqueue_as_one_batch(job_reaper& reaper, std::vector<job>& jobs) {
   reaper.thaw();
 }
 
+// Sleeps between looks rather than yielding: a nice-0 thread that yields in a loop keeps a nice-19
+// worker off its CPU (CFS passes over a yielder only to an entity not far ahead in vruntime),
+// and on a loaded machine the flag's writer could starve for the hang guard's minute.
 inline void wait_until(const std::atomic<bool>& flag) {
-  while (!flag.load()) std::this_thread::yield();
+  while (!flag.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
 // Runs produce(p) on `producers` threads while one more thread keeps flushing `reaper` (a reaper
