@@ -433,6 +433,7 @@ TEST_F(ReaperBoostTest, ANiceNoBoostCouldUndoIsNotAppliedAndTheWorkerKeepsItsCre
   struct made {
     int nice = -100;
     int nice_reported = -100;
+    int nice_reported_at_once = -100;  // right after the constructor: the same, started or not
     std::uint32_t warnings = 0;
   };
   const auto make = [&](reaper_options opts, bool drop) {
@@ -442,9 +443,10 @@ TEST_F(ReaperBoostTest, ANiceNoBoostCouldUndoIsNotAppliedAndTheWorkerKeepsItsCre
       blocking_first probe;
       auto jobs = make_jobs(1);
       job_reaper reaper(probe.fn(), std::move(opts));
+      const int at_once = reaper.nice();
       reaper.enqueue(jobs[0]);
       wait_until(probe.started);
-      result = made{nice_of(probe.worker.load()), reaper.nice(), reaper.stats().setup_warnings};
+      result = made{nice_of(probe.worker.load()), reaper.nice(), at_once, reaper.stats().setup_warnings};
       probe.release.count_down();
       reaper.flush();
     });
@@ -455,6 +457,7 @@ TEST_F(ReaperBoostTest, ANiceNoBoostCouldUndoIsNotAppliedAndTheWorkerKeepsItsCre
   if (!unraisable) GTEST_SKIP() << "capset refused to drop CAP_SYS_NICE: " << std::strerror(errno);
   EXPECT_EQ(unraisable->nice, caller_nice) << "a nice-19 worker no boost could raise again";
   EXPECT_EQ(unraisable->nice_reported, caller_nice);
+  EXPECT_EQ(unraisable->nice_reported_at_once, caller_nice) << "nice() does not depend on the worker's start";
   EXPECT_NE(unraisable->warnings & teardown::setup_warning_nice_kept, 0u);
   EXPECT_EQ(unraisable->warnings & teardown::setup_warning_nice, 0u);
   for (const auto& opts : {reaper_options{.name = "nice_forced", .nice_only_if_raisable = false},

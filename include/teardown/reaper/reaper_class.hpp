@@ -594,8 +594,14 @@ class reaper final : private detail::fork_participant {
   bool worker_joining_ = false;  // a stopper is joining the worker
   bool fork_parking_ = false;  // between fork_prepare and fork_parent/child
   std::uint64_t freeze_depth_ = 0;
-  int nice_ = opts_.nice;  // set_nice's; applied by the worker at its start (nice_mutex_)
-  bool nice_set_ = false;  // set_nice was called: applied at the start whatever the rule (nice_mutex_)
+  // See "Boost": a nice no boost could undo is not applied; the worker keeps its creator's. Decided
+  // here, on the constructing thread (whose credentials and limits the worker inherits), so that
+  // nice() says the same before and after the worker starts.
+  const bool nice_kept_ = !opts_.driven && opts_.nice_only_if_raisable && boost_ns_ != 0 && creator_nice_ &&
+                          opts_.nice > opts_.boost_nice.value_or(*creator_nice_) &&
+                          !detail::calling_thread_may_lower_nice_to(opts_.boost_nice.value_or(*creator_nice_));
+  int nice_ = nice_kept_ ? *creator_nice_ : opts_.nice;  // applied by the worker at its start (nice_mutex_)
+  bool nice_set_ = false;  // set_nice was called before the start: no setup_warning_nice_kept (nice_mutex_)
   pid_t worker_tid_ = 0;   // the worker's thread id while it runs; 0 before and after (nice_mutex_)
   int boosted_nice_ = 0;   // the nice a boost raised the worker to, while boosted_ (nice_mutex_)
   atomic<bool> boosted_{false};  // written under nice_mutex_; read by the worker as a hint

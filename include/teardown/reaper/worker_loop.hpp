@@ -112,20 +112,13 @@ inline void reaper<T, Hook, Fn, Queue>::apply_setup() noexcept {
     // Under the mutex set_nice takes: its value and this thread's id are read as one.
     const std::lock_guard lock(nice_mutex_);
     worker_tid_ = static_cast<pid_t>(syscall(SYS_gettid));
-    errno = 0;
-    const int inherited = getpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_));
-    const bool known = errno == 0;
-    // See "Boost": a nice no boost could undo (the system would refuse the raise back) is not
-    // applied; the worker keeps its creator's nice. The check is this thread's, which has its
-    // creator's credentials and limits.
-    const int raise_to = opts_.boost_nice.value_or(creator_nice_.value_or(inherited));
-    if (known && opts_.nice_only_if_raisable && boost_ns_ != 0 && !nice_set_ && nice_ > raise_to &&
-        !detail::calling_thread_may_lower_nice_to(raise_to)) {
-      warnings |= setup_warning_nice_kept;
-      nice_ = inherited;
-    } else if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), nice_) != 0) {
+    if (nice_kept_ && !nice_set_) warnings |= setup_warning_nice_kept;  // nice_ is the creator's
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), nice_) != 0) {
       warnings |= setup_warning_nice;
-      if (known) nice_ = inherited;  // nice() reports the nice in force: the one inherited
+      // nice() reports the nice in force: the one this thread inherited.
+      errno = 0;
+      const int inherited = getpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_));
+      if (errno == 0) nice_ = inherited;
     }
   }
   std::vector<int> cpus = opts_.cpus;
