@@ -287,6 +287,7 @@ class reaper_pool final : private detail::fork_participant {
       sum.polls += s.polls;
       sum.boosts += s.boosts;
       sum.boosts_refused += s.boosts_refused;
+      sum.helped += s.helped;
       sum.boosted = sum.boosted || s.boosted;
       sum.hurries += s.hurries;
       sum.poll_limit_ns = std::max(sum.poll_limit_ns, s.poll_limit_ns);

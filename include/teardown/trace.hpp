@@ -166,7 +166,8 @@ struct process_release_event {
 /// lowering), "refused" (the reaper's first raise the system refused, a boost or a set_nice:
 /// nice_after is the nice asked for; later refusals are counted, not traced).
 struct boost_event {
-  std::int64_t tid;  // the worker's thread id
+  std::int64_t tid;  // the worker's thread id; for reason "help", the waiting thread that tore
+                     // queued items down itself (nice_before: the worker's, nice_after: its own)
   int nice_before;
   int nice_after;
   const char* reason;

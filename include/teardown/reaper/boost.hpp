@@ -126,6 +126,38 @@ inline bool reaper<T, Hook, Fn, Queue>::await_boost_point(std::unique_lock<mutex
   lock.unlock();
   change.emit(opts_.trace_domain);
   lock.lock();
+  return help_while_waiting(lock, deadline, done);
+}
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+template <class Done>
+inline bool reaper<T, Hook, Fn, Queue>::help_while_waiting(std::unique_lock<mutex_type>& lock,
+                                                          typename clock_type::time_point deadline, Done done) {
+  // A raise in force (boosted_, read under nice_mutex_'s writes as a hint) lets the worker
+  // run at the waiter's nice: waiting costs no more than the work. Frozen: the freezer holds
+  // the worker back on purpose, and a fork's parking must not meet a teardown here.
+  const auto may_help = [&] {
+    return opts_.waiters_help && !boosted_.load(std::memory_order_relaxed) && freeze_depth_ == 0 &&
+           !fork_parking_ && worker_running_ && !worker_done_;
+  };
+  while (!done() && may_help()) {
+    share_wanted_ = true;  // the worker hands back the unstarted half at its next checkpoint
+    request_locked();
+    lock.unlock();
+    const std::size_t helped = reap_on_caller([](T&) noexcept { return true; });
+    if (helped != 0) {
+      helped_.fetch_add(helped, std::memory_order_relaxed);
+      // The work ran at the waiter's priority: a boost of the work, by moving it.
+      const int worker_nice = nice();
+      trace::boost(detail::this_thread_tid(), worker_nice, detail::calling_thread_nice().value_or(worker_nice),
+                   "help", opts_.trace_domain);
+    }
+    lock.lock();
+    if (done()) return true;
+    const auto again = std::min(clock_type::now() + opts_.boost_after, deadline);
+    if (control_changed_.wait_until(lock, again, done)) return true;
+    if (clock_type::now() >= deadline) return false;
+  }
   return true;
 }
 

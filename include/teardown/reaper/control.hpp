@@ -195,6 +195,7 @@ inline reaper_stats reaper<T, Hook, Fn, Queue>::stats() const noexcept {
   s.boosts = boosts_.load(std::memory_order_relaxed);
   s.boosts_refused = boosts_refused_.load(std::memory_order_relaxed);
   s.boosted = boosted_.load(std::memory_order_relaxed);
+  s.helped = helped_.load(std::memory_order_relaxed);
   s.hurries = hurries_.load(std::memory_order_relaxed);
   s.poll_limit_ns = poll_limit_ns_.load(std::memory_order_relaxed);
   return s;

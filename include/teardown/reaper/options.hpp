@@ -79,6 +79,11 @@ struct reaper_options {
                                          // constructing thread's nice (setup_warning_nice_kept),
                                          // as the peers' threads do: an unprivileged nice-19
                                          // worker could never be raised again ("Boost")
+  bool waiters_help = true;              // a flush or stop that has waited boost_after while no
+                                         // raise is in force (refused, or nothing to raise: the
+                                         // worker already runs at the waiter's nice) tears
+                                         // queued items down itself, and asks the worker for
+                                         // the unstarted half of its batch ("Waiters help")
   std::uint64_t trace_domain = 0;        // carried by the worker's boost trace events
   std::function<void()> after_batch{};   // called on the worker after each batch it ran (never
                                          // on a caller; driven: on the thread whose run or
@@ -125,6 +130,8 @@ struct reaper_stats {
   std::uint64_t boosts_refused = 0;   // raises the system refused (no CAP_SYS_NICE and an
                                       // RLIMIT_NICE below the nice asked for)
   bool boosted = false;               // the worker runs raised now
+  std::uint64_t helped = 0;           // items a waiting flush or stop tore down itself
+                                      // (waiters_help; counted in reaped and inline_reaped too)
   std::uint64_t hurries = 0;          // hurry() calls (own or a composition's) that woke the
                                       // sleeping worker
   std::uint64_t poll_limit_ns = 0;    // the time limit of the worker's current or last look
@@ -207,13 +214,14 @@ inline bool is_default_reaper_options(const reaper_options& opts) {
   const reaper_options none{};
   const auto& [name, nice_value, on_error, cpus, policy, order, spin_polls, stall_threshold, yield_after,
                poll_interval, poll_interval_max, on_fork, boost_after, boost_nice, nice_only_if_raisable,
-               trace_domain, after_batch, driven, on_work] = opts;
+               waiters_help, trace_domain, after_batch, driven, on_work] = opts;
   return name == none.name && nice_value == none.nice && !on_error && cpus == none.cpus && policy == none.policy &&
          order == none.order && spin_polls == none.spin_polls && stall_threshold == none.stall_threshold &&
          yield_after == none.yield_after && poll_interval == none.poll_interval &&
          poll_interval_max == none.poll_interval_max && on_fork == none.on_fork && boost_after == none.boost_after &&
          !boost_nice.has_value() && nice_only_if_raisable == none.nice_only_if_raisable &&
-         trace_domain == none.trace_domain && !after_batch && driven == none.driven && !on_work;
+         waiters_help == none.waiters_help && trace_domain == none.trace_domain && !after_batch &&
+         driven == none.driven && !on_work;
 }
 
 }  // namespace detail

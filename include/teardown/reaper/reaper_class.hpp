@@ -347,8 +347,9 @@ class reaper final : private detail::fork_participant {
   // worker has not started (a drain under memory pressure finds nothing stuck behind a freeze:
   // the OOM reaper series' thawing of a frozen victim, for the queue). The worker takes them
   // again after thaw. A producer racing the hand-back may land under them: an order slip,
-  // nothing lost. Worker only; returns how many went back.
-  std::size_t hand_back_in_flight() noexcept;
+  // nothing lost. Worker only; returns how many went back. With `most`: only the first `most`
+  // (the items the worker would run next), the share a helping waiter asked for.
+  std::size_t hand_back_in_flight(std::size_t most = static_cast<std::size_t>(-1)) noexcept;
 
   void park_while_frozen(std::unique_lock<mutex_type>& lock) noexcept;
 
@@ -512,6 +513,14 @@ class reaper final : private detail::fork_participant {
   bool await_boost_point(std::unique_lock<mutex_type>& lock, typename clock_type::time_point deadline, Done done,
                          const char* reason);
 
+  // See "Waiters help". After await_boost_point's raise, under control_mutex_ (`lock`): while
+  // no raise is in force, the worker is not frozen and done() is false, tears down what is
+  // queued on this thread (a reap_on_caller that takes everything) and asks the worker to hand
+  // back the unstarted half of its batch, then waits boost_after again. False if the deadline
+  // passed first.
+  template <class Done>
+  bool help_while_waiting(std::unique_lock<mutex_type>& lock, typename clock_type::time_point deadline, Done done);
+
   // On the worker, when a pass found its queue empty: back to its own nice. A raise that lands
   // after the hint below was read is lowered at the next empty pass. Raising the nice value
   // back is never refused.
@@ -582,6 +591,7 @@ class reaper final : private detail::fork_participant {
   atomic<std::uint64_t> boosts_{0};
   atomic<std::uint64_t> boosts_refused_{0};
   atomic<bool> child_sweep_{false};  // a fork child's next drain sweeps every shard
+  atomic<std::uint64_t> helped_{0};  // items waiters tore down (waiters_help)
 
   // Control plane: guarded by control_mutex_.
   alignas(64) mutable mutex_type control_mutex_;
@@ -594,6 +604,7 @@ class reaper final : private detail::fork_participant {
   bool worker_joining_ = false;  // a stopper is joining the worker
   bool fork_parking_ = false;  // between fork_prepare and fork_parent/child
   std::uint64_t freeze_depth_ = 0;
+  bool share_wanted_ = false;  // a helping waiter asks for half the worker's batch (checkpoint)
   // See "Boost": a nice no boost could undo is not applied; the worker keeps its creator's. Decided
   // here, on the constructing thread (whose credentials and limits the worker inherits), so that
   // nice() says the same before and after the worker starts.

@@ -218,7 +218,14 @@ inline bool reaper<T, Hook, Fn, Queue>::checkpoint() noexcept {
   }
   if (control_requested_.load(std::memory_order_relaxed)) {
     std::unique_lock lock(control_mutex_);
-    if (freeze_depth_ > 0 && !stop_requested_) (void)hand_back_in_flight();
+    if (freeze_depth_ > 0 && !stop_requested_) {
+      (void)hand_back_in_flight();
+    } else if (std::exchange(share_wanted_, false)) {
+      // A waiter helps (see "Waiters help"): the items this worker would run next go back on
+      // the queue, where its reap_on_caller takes them; the worker keeps the later half.
+      const std::size_t rest = in_flight_.size();
+      (void)hand_back_in_flight(rest - rest / 2);
+    }
     park_while_frozen(lock);
     return true;
   }
@@ -226,11 +233,13 @@ inline bool reaper<T, Hook, Fn, Queue>::checkpoint() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
-inline std::size_t reaper<T, Hook, Fn, Queue>::hand_back_in_flight() noexcept {
-  if (in_flight_.empty()) return 0;
+inline std::size_t reaper<T, Hook, Fn, Queue>::hand_back_in_flight(std::size_t most) noexcept {
+  if (in_flight_.empty() || most == 0) return 0;
   std::size_t count = 0;
   llist_chain<T, Hook> rest;  // front = newest, as on the queue
-  while (T* item = in_flight_.pop_front()) {
+  while (count < most) {
+    T* item = in_flight_.pop_front();
+    if (item == nullptr) break;
     ++count;
     if (opts_.order == drain_order::oldest_first) {
       rest.push_front(*item);  // in_flight_ ran oldest first
