@@ -20,6 +20,7 @@ QUEUE = H + 'reaper/queue_concepts.hpp'
 CLASS = H + 'reaper/reaper_class.hpp'
 DRIVE = H + 'reaper/drive.hpp'         # driven runs and flushes
 STEAL = H + 'reaper_pool/stealing.hpp'
+BOOST = H + 'reaper/boost.hpp'         # the boost and waiters help
 T = H + 'trace.hpp'
 # name: (file, text to replace (exactly once), the bug, the schedule tests that must catch it
 #        [, the test program: reaper_schedule_test unless named])
@@ -77,6 +78,13 @@ plants = {
  'nice_takes_control': (CLASS, "  int nice() const {\n    const std::lock_guard lock(nice_mutex_);",
                         "  int nice() const {\n    const std::lock_guard lock(control_mutex_);",
                         'ScheduleTest.ForkParks*'),
+ 'share_keeps_ticket': (LOOP, "      (void)hand_back_in_flight(rest - rest / 2);\n",
+                        "      (void)hand_back_in_flight(rest - rest / 2);\n      handed_back_ = false;\n",
+                        'HelpScheduleTest.*', 'reaper_help_schedule_test'),
+ 'help_uncounted': (BOOST, "    const std::size_t helped = reap_on_caller([](T&) noexcept { return true; });",
+                    "    std::size_t helped = 0;\n"
+                    "    for (T& item : take_queue(false, true)) { tear_down_inline(item); ++helped; }",
+                    'HelpScheduleTest.*', 'reaper_help_schedule_test'),
  'emit_twice': (T, "if (fn == nullptr || std::find(called.begin(), called.begin() + calls, fn) != "
                 "called.begin() + calls) continue;", "if (fn == nullptr) continue;", 'ScheduleTest.OneEmit*'),
 }

@@ -1,0 +1,111 @@
+// Waiters help (reaper.hpp, "Waiters help") under the deterministic scheduler (schedule.hpp): the
+// real headers, every atomic, lock and futex operation a point where the scheduler picks the
+// thread that runs. Two flushes wait while the worker is held in its first item; each that has
+// waited boost_after with no raise in force tears down what is queued and asks the worker for
+// the unstarted half of its batch, while a producer and a reap_on_caller that declines some
+// items run beside them. Asserted: each flush returns only once everything enqueued before it
+// is torn down, nothing runs twice, and across the schedules the waiters did help (the
+// scenario reaches what it names). A failure prints the schedule (TEARDOWN_SCHEDULE_REPLAY).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.hpp"
+#include "teardown/llist.hpp"
+#include "teardown/reaper.hpp"
+
+namespace {
+
+namespace sched = teardown::schedule;
+using namespace std::chrono_literals;
+
+struct item {
+  teardown::llist_node node;
+  std::atomic<int> runs{0};  // plain atomics: the test's own bookkeeping, not a point
+  int id = 0;
+};
+
+// Item 0 blocks until `go` is set (the worker held in the middle of its batch); every teardown
+// yields, a point inside it.
+struct held_first {
+  sched::atomic<std::uint32_t>* go;
+  void operator()(item& x) const noexcept {
+    if (x.id == 0) {
+      for (std::uint32_t seen; (seen = go->load(std::memory_order_relaxed)) == 0;) sched::sync::futex_wait(*go, seen);
+    }
+    sched::sync::yield();
+    x.runs.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+using queue = teardown::llist<item, &item::node, sched::sync>;
+using helping_reaper = teardown::reaper<item, &item::node, held_first, queue>;
+
+void expect_once(const std::vector<item>& all, std::size_t from, std::size_t to, const char* when) {
+  for (std::size_t i = from; i < to; ++i) {
+    const int runs = all[i].runs.load(std::memory_order_relaxed);
+    sched::check(runs == 1, std::string(when) + ": item " + std::to_string(i) + " torn down " +
+                                std::to_string(runs) + " times");
+  }
+}
+
+std::uint64_t expected_runs(std::uint64_t asked) {
+  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
+  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
+  return sched::detail::under_sanitizer() ? asked / 10 : asked;
+}
+
+TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTwice) {
+  constexpr std::uint64_t schedules = 2'000;
+  static std::atomic<std::uint64_t> helped_runs{0};
+  static std::atomic<std::uint64_t> helped_items{0};
+  helped_runs = 0;
+  helped_items = 0;
+  const auto result = sched::explore({.name = "waiters help", .schedules = schedules}, [] {
+    std::vector<item> all(8);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
+    sched::atomic<std::uint32_t> go{0};
+    // nice 0: the waiters' own, so no raise can be in force (an ordinary user's worker).
+    helping_reaper reaper(held_first{&go}, {.nice = 0, .spin_polls = 0, .boost_after = 1ms});
+    for (std::size_t i = 0; i < 6; ++i) reaper.enqueue(all[i]);
+    const auto flusher = [&] {
+      reaper.flush();
+      expect_once(all, 0, 6, "a flush returned");
+    };
+    sched::thread first(flusher);
+    sched::thread second(flusher);
+    sched::thread producer([&] {
+      reaper.enqueue(all[6]);
+      reaper.enqueue(all[7]);
+    });
+    sched::thread caller([&] { (void)reaper.reap_on_caller([](item& x) { return x.id % 2 == 1; }); });
+    // The worker stays in item 0 until every waiter has waited a few boost_afters.
+    sched::sync::sleep_for(std::chrono::milliseconds(5));
+    go.store(1, std::memory_order_relaxed);
+    sched::sync::futex_wake_one(go);  // the worker, the only waiter
+    first.join();
+    second.join();
+    producer.join();
+    caller.join();
+    reaper.stop();
+    expect_once(all, 0, all.size(), "after stop");
+    const std::uint64_t helped = reaper.stats().helped;
+    if (helped != 0) {
+      helped_runs.fetch_add(1, std::memory_order_relaxed);
+      helped_items.fetch_add(helped, std::memory_order_relaxed);
+    }
+  });
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, expected_runs(schedules));
+  EXPECT_GT(helped_runs.load(), 0u) << "no schedule reached a helping waiter";
+  std::printf("waiters helped in %llu of %llu schedules (%llu items)\n",
+              static_cast<unsigned long long>(helped_runs.load()), static_cast<unsigned long long>(result.runs),
+              static_cast<unsigned long long>(helped_items.load()));
+}
+
+}  // namespace
