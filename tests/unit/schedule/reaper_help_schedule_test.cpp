@@ -108,4 +108,35 @@ TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTw
               static_cast<unsigned long long>(helped_items.load()));
 }
 
+// The share alone: the worker holds all eight items as one batch and is caught in the first; two
+// flushes wait. After item 0 the worker hands the unstarted half back, a flush takes it, and
+// the other flush must not return while those are still in the helper's hands.
+TEST(HelpScheduleTest, AShareInAHelpersHandsKeepsTheOtherFlushWaiting) {
+  constexpr std::uint64_t schedules = 2'000;
+  const auto result = sched::explore({.name = "waiters help, the share", .schedules = schedules}, [] {
+    std::vector<item> all(8);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
+    sched::atomic<std::uint32_t> go{0};
+    helping_reaper reaper(held_first{&go}, {.nice = 0, .spin_polls = 0, .boost_after = 1ms});
+    reaper.freeze();  // one batch: the worker takes all eight at the thaw
+    for (item& x : all) reaper.enqueue(x);
+    reaper.thaw();
+    const auto flusher = [&] {
+      reaper.flush();
+      expect_once(all, 0, all.size(), "a flush returned");
+    };
+    sched::thread first(flusher);
+    sched::thread second(flusher);
+    sched::sync::sleep_for(std::chrono::milliseconds(3));
+    go.store(1, std::memory_order_relaxed);
+    sched::sync::futex_wake_one(go);  // the worker, the only waiter
+    first.join();
+    second.join();
+    reaper.stop();
+    expect_once(all, 0, all.size(), "after stop");
+  });
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, expected_runs(schedules));
+}
+
 }  // namespace
