@@ -561,6 +561,45 @@ TEST_F(ProcessReaperTest, AWaitForBudgetThatWaitsRaisesTheWorkerUntilItIsDrained
   EXPECT_EQ(victim.wait().signal, SIGKILL);
 }
 
+// Only the first release waits at the gate: the worker held in one, while whoever else makes a
+// release passes.
+struct first_gated {
+  static inline std::atomic<bool> open{true};
+  static inline std::atomic<int> entered{0};
+  static int mrelease(int pidfd, unsigned flags) {
+    if (entered.fetch_add(1) == 0) {
+      while (!open.load()) std::this_thread::sleep_for(100us);
+    }
+    return teardown::process::process_mrelease_syscall(pidfd, flags);
+  }
+};
+
+// Waiters help (reaper.hpp): the worker (at nice 0, the waiter's own: nothing to raise) is held
+// in its first release; a second kill waits on the queue. A wait_for_budget that has waited
+// boost_after makes that kill and release itself, and returns once the bytes are under its
+// bound, while the worker still holds the first.
+TEST_F(ProcessReaperTest, AWaitForBudgetMakesTheQueuedKillsItselfWhileTheWorkerIsHeld) {
+  process_reaper reaper({.mrelease = &first_gated::mrelease});
+  first_gated::open = false;
+  first_gated::entered = 0;
+  pidfd_process held = spawn_victim(victim_bytes);
+  pidfd_process queued = spawn_victim(victim_bytes);
+  ASSERT_TRUE(reaper.kill(held));
+  ASSERT_TRUE(teardown_test::eventually([] { return first_gated::entered.load() == 1; }));
+  const std::uint64_t held_bytes = reaper.bytes_in_teardown();
+  ASSERT_TRUE(reaper.kill(queued));
+  ASSERT_GT(reaper.bytes_in_teardown(), held_bytes);
+  const bool under = reaper.wait_for_budget(held_bytes, 60s);
+  const auto stats = reaper.stats();
+  first_gated::open = true;
+  EXPECT_TRUE(under) << "the waiter did not make the queued kill itself";
+  EXPECT_EQ(stats.worker.helped, 1u);
+  EXPECT_EQ(stats.bytes_in_teardown, held_bytes) << "the worker still holds the first";
+  EXPECT_TRUE(reaper.wait_for_budget(0, 60s));
+  EXPECT_EQ(held.wait().signal, SIGKILL);
+  EXPECT_EQ(queued.wait().signal, SIGKILL);
+}
+
 // fork() on another thread while the worker waits inside a release (here the release call
 // itself, behind a gate; in life a victim that handles SIGTERM on a kernel without
 // process_mrelease): fork() does not wait for it, and the child's budget holds none of the

@@ -333,7 +333,14 @@ bool process_reaper::wait_for_budget(std::uint64_t bytes, std::chrono::duration<
       boosted = true;
       (void)teardown::detail::boost_for_waiter(reaper_, "budget");
     }
-    const auto wake_at = boosted ? deadline : std::min(deadline, boost_at);
+    if (boosted) {
+      // No raise in force (an ordinary user's worker): the kills still queued are made and
+      // released here ("Waiters help"), then the wait goes on for what the worker holds.
+      teardown::detail::help_for_waiter(reaper_);
+      if (budget_.pending() <= bytes) return true;
+    }
+    const auto wake_at = boosted ? std::min(deadline, std::chrono::steady_clock::now() + reaper_options{}.boost_after)
+                                 : std::min(deadline, boost_at);
     const auto left = wake_at == std::chrono::steady_clock::time_point::max()
                           ? std::chrono::nanoseconds(std::chrono::seconds(1))
                           : std::chrono::duration_cast<std::chrono::nanoseconds>(wake_at - now);

@@ -133,26 +133,7 @@ template <class T, llist_node T::*Hook, class Fn, class Queue>
 template <class Done>
 inline bool reaper<T, Hook, Fn, Queue>::help_while_waiting(std::unique_lock<mutex_type>& lock,
                                                           typename clock_type::time_point deadline, Done done) {
-  // A raise in force (boosted_, read under nice_mutex_'s writes as a hint) lets the worker
-  // run at the waiter's nice: waiting costs no more than the work. Frozen: the freezer holds
-  // the worker back on purpose, and a fork's parking must not meet a teardown here.
-  const auto may_help = [&] {
-    return opts_.waiters_help && !boosted_.load(std::memory_order_relaxed) && freeze_depth_ == 0 &&
-           !fork_parking_ && worker_running_ && !worker_done_;
-  };
-  while (!done() && may_help()) {
-    share_wanted_ = true;  // the worker hands back the unstarted half at its next checkpoint
-    request_locked();
-    lock.unlock();
-    const std::size_t helped = reap_on_caller([](T&) noexcept { return true; });
-    if (helped != 0) {
-      helped_.fetch_add(helped, std::memory_order_relaxed);
-      // The work ran at the waiter's priority: a boost of the work, by moving it.
-      const int worker_nice = nice();
-      trace::boost(detail::this_thread_tid(), worker_nice, detail::calling_thread_nice().value_or(worker_nice),
-                   "help", opts_.trace_domain);
-    }
-    lock.lock();
+  while (!done() && help_round(lock)) {
     if (done()) return true;
     const auto again = std::min(clock_type::now() + opts_.boost_after, deadline);
     if (control_changed_.wait_until(lock, again, done)) return true;
@@ -161,9 +142,39 @@ inline bool reaper<T, Hook, Fn, Queue>::help_while_waiting(std::unique_lock<mute
   return true;
 }
 
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+inline bool reaper<T, Hook, Fn, Queue>::help_round(std::unique_lock<mutex_type>& lock) {
+  // A raise in force (boosted_: written under nice_mutex_, read here as a hint) lets the worker
+  // run at the waiter's nice: waiting costs no more than the work. Frozen: the freezer holds
+  // the worker back on purpose, and a fork's parking must not meet a teardown here.
+  if (!opts_.waiters_help || boost_ns_ == 0 || boosted_.load(std::memory_order_relaxed) || freeze_depth_ != 0 ||
+      fork_parking_ || !worker_running_ || worker_done_) {
+    return false;
+  }
+  share_wanted_ = true;  // the worker hands back the unstarted half at its next checkpoint
+  request_locked();
+  lock.unlock();
+  const std::size_t helped = reap_on_caller([](T&) noexcept { return true; });
+  if (helped != 0) {
+    helped_.fetch_add(helped, std::memory_order_relaxed);
+    // The work ran at the waiter's priority: a boost of the work, by moving it.
+    const int worker_nice = nice();
+    trace::boost(detail::this_thread_tid(), worker_nice, detail::calling_thread_nice().value_or(worker_nice),
+                 "help", opts_.trace_domain);
+  }
+  lock.lock();
+  return true;
+}
+
 template <class Reaper>
 bool detail::boost_for_waiter(Reaper& reaper, const char* reason) noexcept {
   return reaper.boost_ns_ != 0 && reaper.raise_worker(reason);
+}
+
+template <class Reaper>
+void detail::help_for_waiter(Reaper& reaper) {
+  std::unique_lock lock(reaper.control_mutex_);
+  (void)reaper.help_round(lock);
 }
 
 }  // namespace teardown

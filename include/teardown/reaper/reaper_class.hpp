@@ -81,6 +81,12 @@ bool stop_on_own_worker(Reaper& reaper) noexcept;
 template <class Reaper>
 bool boost_for_waiter(Reaper& reaper, const char* reason) noexcept;
 
+// The same waiter, past the boost: one round of "Waiters help" (tears down what is queued on
+// this thread, asks the worker for half its batch) where no raise is in force. Any thread but
+// the reaper's own callbacks; may block (runs teardowns).
+template <class Reaper>
+void help_for_waiter(Reaper& reaper);
+
 }  // namespace detail
 
 template <class T, llist_node T::*Hook, class Fn, class Queue = llist<T, Hook>>
@@ -105,6 +111,8 @@ class reaper final : private detail::fork_participant {
   friend bool detail::stop_on_own_worker(Reaper& reaper) noexcept;
   template <class Reaper>
   friend bool detail::boost_for_waiter(Reaper& reaper, const char* reason) noexcept;
+  template <class Reaper>
+  friend void detail::help_for_waiter(Reaper& reaper);
 
   // A stealing pool's hooks into its worker and the worker's words its siblings read (pool_link.hpp), owned by
   // the pool; null for a reaper on its own and in a pool that does not steal.
@@ -520,6 +528,9 @@ class reaper final : private detail::fork_participant {
   // passed first.
   template <class Done>
   bool help_while_waiting(std::unique_lock<mutex_type>& lock, typename clock_type::time_point deadline, Done done);
+  // One round of it, under control_mutex_ (`lock`, held again on return); false, doing nothing,
+  // where the waiter may not help.
+  bool help_round(std::unique_lock<mutex_type>& lock);
 
   // On the worker, when a pass found its queue empty: back to its own nice. A raise that lands
   // after the hint below was read is lowered at the next empty pass. Raising the nice value
