@@ -21,13 +21,17 @@
 //                                    program bug: enqueue writes why to stderr (write(2)) and aborts, in every
 //                                    build. A chain's items are checked as they are pushed onto it.
 //   hurry                            any thread, concurrently; lock-free, async-signal-safe; one futex wake at most.
-//   flush, flush_for                 any thread but the worker; may block (waits for the worker). See "The
-//                                    barrier" for exactly what a flush waits for.
+//   request_after_batch              any thread, concurrently; lock-free; one futex wake at most. The worker's next
+//                                    pass calls options' after_batch even without a batch (driven: the next run).
+//   flush, flush_for                 any thread but the worker; may block (waits for the worker; past
+//                                    boost_after with no raise in force, tears queued items down itself:
+//                                    "Waiters help"). See "The barrier" for exactly what a flush waits for.
 //   freeze, thaw                     any thread but the worker; freeze may block until the worker is parked
 //                                    between items. Freezes nest; thaw without freeze throws. A worker frozen in
 //                                    the middle of a batch hands the rest of it back to the queue, so that
 //                                    reap_on_caller reaches everything not yet started.
-//   stop, stop_for                   any thread but the worker; may block (drains, then joins). Idempotent. stop
+//   stop, stop_for                   any thread but the worker; may block (drains, helping as a flush does, then
+//                                    joins). Idempotent. stop
 //                                    and the destructor wait without limit; stop_for gives up after a timeout and
 //                                    leaves the rest to the still-running worker (see stop_for).
 //   destructor                       stop(). Never from the reaper's own callback (fn, or take/fn inside
@@ -36,8 +40,9 @@
 //   stats, stalled, in_own_callback  any thread; wait-free snapshots. stats reads the worker's CPU clock only
 //                                    while the worker cannot exit: the exiting worker waits for such a read to
 //                                    end, and stats then makes one futex wake.
-//   fn                               runs on the worker; also on callers after stop(), in a fork child, and on a
-//                                    caller that races stop(). It must accept distinct items concurrently.
+//   fn                               runs on the worker; also on callers after stop(), in a fork child, on a
+//                                    caller that races stop(), and on a waiting flush, stop or composition's
+//                                    waiter that helps. It must accept distinct items concurrently.
 //                                    flush/freeze/stop from fn throw std::logic_error (it would wait for itself).
 //                                    With fork_policy::wait_for_item, fn must not construct or destroy a reaper,
 //                                    nor call another reaper's flush, freeze, stop or reap_on_caller ("Fork").
