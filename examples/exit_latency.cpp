@@ -34,7 +34,10 @@
 // processes spin at nice 0 while the first size is exited inline, deferred to a nice-19
 // mm_reaper that is never boosted, and deferred with the default options, under which a flush
 // that waits raises the reaper to the flusher's nice (reaper.hpp, "Boost"; how many raises were
-// made and refused is printed: without CAP_SYS_NICE they are refused). Beside memory free and
+// made and refused, and how many items waiting flushes tore down themselves, is printed). Run as
+// root, the rows come twice: root's, then an ordinary user's (uid 65534, no capabilities, from a
+// child that drops root and runs this program with --busy-only), whose reaper keeps nice 0
+// because no raise could undo a nice 19 there (reaper.hpp, "Boost"). Beside memory free and
 // the teardown's CPU it prints the spinners' share of the CPUs they could use, over the 200 ms
 // before the exit and from the exit until the teardown was done: each a fraction of a bound, so
 // never negative. (Not "the CPU the spinners lost", their rate before times the window less what
@@ -52,10 +55,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <new>
@@ -64,6 +69,7 @@
 #include <thread>
 #include <vector>
 
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -372,6 +378,114 @@ void print_row(const std::string& label, const row_result& off, const row_result
               memory_free.c_str(), inline_cpu > 0 ? fixed(reaper_cpu / inline_cpu, 2).c_str() : "n/a");
 }
 
+// The busy rows' user: "root", or "uid N" (an ordinary user's rows).
+std::string user_label() { return geteuid() == 0 ? "root" : "uid " + std::to_string(geteuid()); }
+
+constexpr const char* busy_format = "%-30s %9s %9s %12s %12s %12s %18s\n";
+
+void print_busy_header() {
+  std::printf("%-30s %19s %12s %12s %12s %18s\n", "", "---- exit path ----", "memory free", "memory free", "teardown",
+              "spinners' share");
+  std::printf(busy_format, "", "wall", "CPU", "", "/ inline", "CPU", "before / during");
+}
+
+// The busy-machine rows for this process's user (`who`): the same exit inline, deferred to a
+// reaper that is never boosted, and deferred with the default options (a flush that waits
+// raises the reaper, or, where no raise can be in force, tears down itself). Returns the CPUs
+// the spinners could use.
+int run_busy_rows(mm_system& kernel, std::uint64_t pages, int reps, int busy, const std::string& who) {
+  mm_system unboosted({.async_mm_teardown = true,
+                       .max_pending_pages = mm_system::default_max_pending_pages() * 3,
+                       .reaper = {.name = "mm_reaper_nb", .boost_after = std::chrono::nanoseconds(0)}});
+  const spinners spin(busy);
+  busy_spinners = &spin;
+  kernel.set_async_mm_teardown(false);
+  const row_result off = run_row(kernel, pages, reps, "busy, async off");
+  const row_result slow = run_row(unboosted, pages, reps, "busy, async on, no boost");
+  kernel.set_async_mm_teardown(true);
+  const teardown::reaper_stats before = kernel.stats().reaper;
+  const row_result boosted = run_row(kernel, pages, reps, "busy, async on, boost");
+  const teardown::reaper_stats after = kernel.stats().reaper;
+  busy_spinners = nullptr;
+  const auto busy_row = [&](const char* what, const row_result& r, double teardown_cpu_total) {
+    const double back = median(r.available_ms), back_inline = median(off.available_ms);
+    const std::string relative = back < 0 || back_inline <= 0 ? "n/a" : fixed(back / back_inline, 2) + "x";
+    const std::string share =
+        fixed(median(r.spinners_share_before) * 100, 0) + "% / " + fixed(median(r.spinners_share) * 100, 0) + "%";
+    std::printf(busy_format, (who + ": " + what).c_str(), shown_ms(median(r.exit_ms)).c_str(),
+                shown_ms(median(r.exit_cpu_ms)).c_str(), fixed(back, 1).c_str(), relative.c_str(),
+                fixed(teardown_cpu_total / double(reps), 1).c_str(), share.c_str());
+  };
+  busy_row("async off", off, off.exit_cpu_total_ms());
+  busy_row("async on, no boost", slow, slow.reaper_cpu_ms);
+  busy_row("async on, default", boosted, boosted.reaper_cpu_ms);
+  const auto times = [](std::uint64_t n) { return std::to_string(n) + (n == 1 ? " time" : " times"); };
+  std::printf("%-30s the reaper (nice %d) was raised %s, refused %s; waiters tore down %llu item(s)\n", "",
+              kernel.nice(), times(after.boosts - before.boosts).c_str(),
+              times(after.boosts_refused - before.boosts_refused).c_str(),
+              static_cast<unsigned long long>(after.helped - before.helped));
+  std::fflush(stdout);
+  return spin.cpus_they_can_use();
+}
+
+// The same rows as uid 65534 with no capabilities (what setpriv --reuid=65534 --regid=65534
+// --clear-groups --inh-caps=-all gives): this program again, with --busy-only, in a child that
+// drops root first. It prints its rows under ours; if it cannot start, one line says why.
+void rerun_busy_rows_unprivileged(const char* self, double gib, int reps, int busy) {
+  std::fflush(stdout);
+  const std::string size = std::to_string(gib), reps_text = std::to_string(reps), busy_text = std::to_string(busy);
+  const pid_t child = fork();
+  if (child == 0) {
+    constexpr uid_t nobody = 65534;
+    if (setgroups(0, nullptr) != 0 || setresgid(nobody, nobody, nobody) != 0 ||
+        setresuid(nobody, nobody, nobody) != 0) {
+      std::printf("%-30s could not become uid 65534: %s\n", "uid 65534:", std::strerror(errno));
+      _exit(1);
+    }
+    execl("/proc/self/exe", self, size.c_str(), "--reps", reps_text.c_str(), "--busy", busy_text.c_str(),
+          "--busy-only", static_cast<char*>(nullptr));
+    std::printf("%-30s could not run this program again as uid 65534: %s\n", "uid 65534:", std::strerror(errno));
+    _exit(1);
+  }
+  if (child < 0) {
+    std::printf("%-30s no rows: fork failed: %s\n", "uid 65534:", std::strerror(errno));
+    return;
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+}
+
+// This process's RLIMIT_NICE soft limit as the legend shows it ("0": no nice below 20 - 0).
+std::string rlimit_nice_text() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NICE, &limit) != 0) return "unknown";
+  return limit.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(limit.rlim_cur);
+}
+
+void print_busy_legend(int spinner_cpus, bool with_unprivileged) {
+  std::printf(
+      "  wall, CPU    as above; the spinners share the CPUs with the exiting thread, so inline, wall is above CPU\n"
+      "  memory free  from the exit call until the flush returned and free memory was back (as above); / inline:\n"
+      "               over the same user's async off row (1.00x: as soon as inline)\n"
+      "  teardown CPU per exit (mean): the exiting thread's CPU time inline, the reaper's deferred (not the\n"
+      "               waiters' share, when they helped)\n"
+      "  spinners' share  the spinners' CPU time over what %d CPU(s) could give them (one per spinner, at most\n"
+      "               the CPUs here), in the 200 ms before the exit / from the exit call until the teardown was\n"
+      "               done; 100%% = they lost nothing; other load on the machine lowers both\n"
+      "  rows         no boost: a nice-19 reaper that is never raised (boost_after = 0) gets about 1.5%% of a CPU\n"
+      "               beside them; default: after 10 ms a waiting flush raises the reaper to the flushing\n"
+      "               thread's nice until its queue is empty; where no raise can be in force (an ordinary\n"
+      "               user's reaper keeps its creator's nice) the flush tears queued items down itself\n"
+      "               (\"waiters help\")\n",
+      spinner_cpus);
+  if (with_unprivileged) {
+    std::printf(
+        "  root, uid 65534  this run's user, then the same rows as an ordinary user (uid 65534, no capabilities,\n"
+        "               RLIMIT_NICE %s), in a child process that dropped root\n",
+        rlimit_nice_text().c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -401,6 +515,10 @@ int main(int argc, char** argv) {
              "adds the busy-machine rows, with N processes spinning at nice 0 (one per CPU here: " +
                  std::to_string(cpus) + "); they take about a minute; 0 leaves them out");
   cli.flag("--small", small, "64 MiB, one repetition (what ctest runs); SIZE_GIB and --reps still apply");
+  bool busy_only = false;
+  cli.flag("--busy-only", busy_only,
+           "only the busy-machine rows of the first size, no header or legend (run as root, --busy runs them "
+           "again this way as uid 65534)");
   cli.parse(argc, argv);
   if (small) {
     if (sizes_gib.empty()) sizes_gib = {1.0 / 16};
@@ -417,6 +535,13 @@ int main(int argc, char** argv) {
   // The RFC raised max_pending_pages to 3/4 of RAM for its async runs, "so the measurements
   // exercise the reaper, not the backpressure fallback"; so do we.
   mm_system kernel({.async_mm_teardown = false, .max_pending_pages = mm_system::default_max_pending_pages() * 3});
+  if (busy_only) {
+    teardown::trace::add_hook<teardown::trace::reap_event>(&on_reap);
+    measure_clock_reads();
+    const double gib = std::min(sizes_gib.front(), free_memory() / 2 / double(1ull << 30));
+    (void)run_busy_rows(kernel, pages_of(gib), reps, busy > 0 ? busy : cpus, user_label());
+    return 0;
+  }
   teardown::model::basic_mm_system<teardown::const_key<false>> compiled_out;
   // The same kernel whose mm_reaper polls: exits only push onto its queue.
   const auto poll_interval = std::chrono::nanoseconds(static_cast<std::int64_t>(poll_us * 1e3));
@@ -542,64 +667,16 @@ int main(int argc, char** argv) {
   }
 
   if (busy > 0) {
-    // A busy machine: the same exit inline, deferred to a reaper that is never boosted, and
-    // deferred with the default options (a flush that waits boosts the reaper).
-    mm_system unboosted({.async_mm_teardown = true,
-                         .max_pending_pages = mm_system::default_max_pending_pages() * 3,
-                         .reaper = {.name = "mm_reaper_nb", .boost_after = std::chrono::nanoseconds(0)}});
     const std::uint64_t pages = pages_of(control_gib);
-    const spinners spin(busy);
-    busy_spinners = &spin;
-    kernel.set_async_mm_teardown(false);
-    const row_result off = run_row(kernel, pages, reps, "busy, async off");
-    const row_result slow = run_row(unboosted, pages, reps, "busy, async on, no boost");
-    kernel.set_async_mm_teardown(true);
-    const teardown::reaper_stats before_boost = kernel.stats().reaper;
-    const row_result boosted = run_row(kernel, pages, reps, "busy, async on, boost");
-    const teardown::reaper_stats after_boost = kernel.stats().reaper;
-    busy_spinners = nullptr;
-    const unsigned long long raised = after_boost.boosts - before_boost.boosts;
-    const unsigned long long refused = after_boost.boosts_refused - before_boost.boosts_refused;
-
-    constexpr const char* busy_format = "%-24s %9s %9s %12s %12s %12s %18s\n";
     std::printf("\nbusy machine: %d process%s spinning at nice 0 on %d CPUs, %s, medians of %d exit(s), in ms\n",
-                spin.count(), spin.count() == 1 ? "" : "es", cpus, size_label(control_gib).c_str(), reps);
-    std::printf("%-24s %19s %12s %12s %12s %18s\n", "", "---- exit path ----", "memory free", "memory free", "teardown",
-                "spinners' share");
-    std::printf(busy_format, "", "wall", "CPU", "", "/ inline", "CPU", "before / during");
-    const auto busy_row = [&](const char* label, const row_result& r, double teardown_cpu_total) {
-      const double back = median(r.available_ms), back_inline = median(off.available_ms);
-      const std::string relative = back < 0 || back_inline <= 0 ? "n/a" : fixed(back / back_inline, 2) + "x";
-      const std::string share =
-          fixed(median(r.spinners_share_before) * 100, 0) + "% / " + fixed(median(r.spinners_share) * 100, 0) + "%";
-      std::printf(busy_format, label, shown_ms(median(r.exit_ms)).c_str(), shown_ms(median(r.exit_cpu_ms)).c_str(),
-                  fixed(back, 1).c_str(), relative.c_str(), fixed(teardown_cpu_total / double(reps), 1).c_str(),
-                  share.c_str());
-    };
-    busy_row("async off", off, off.exit_cpu_total_ms());
-    busy_row("async on, no boost", slow, slow.reaper_cpu_ms);
-    busy_row("async on, boost", boosted, boosted.reaper_cpu_ms);
-    std::printf(
-        "  boost        in the \"async on, boost\" row the reaper's nice was raised %llu time%s, refused %llu"
-        " time%s\n",
-        raised, raised == 1 ? "" : "s", refused, refused == 1 ? "" : "s");
-    if (refused > 0) {
-      std::printf(
-          "               (raising it needs CAP_SYS_NICE or an RLIMIT_NICE that allows it; a refused raise\n"
-          "               leaves the reaper at nice 19, as in the \"no boost\" row)\n");
-    }
-    std::printf(
-        "  wall, CPU    as above; the spinners share the CPUs with the exiting thread, so inline, wall is above CPU\n"
-        "  memory free  from the exit call until the flush returned and free memory was back (as above); / inline:\n"
-        "               over the async off row's (1.00x: as soon as inline)\n"
-        "  teardown CPU per exit (mean): the exiting thread's CPU time inline, the reaper's deferred\n"
-        "  spinners' share  the spinners' CPU time over what %d CPU(s) could give them (one per spinner, at most\n"
-        "               the CPUs here), in the 200 ms before the exit / from the exit call until the teardown was\n"
-        "               done; 100%% = they lost nothing; other load on the machine lowers both\n"
-        "  rows         no boost: a nice-19 reaper that is never raised (boost_after = 0) gets about 1.5%% of a CPU\n"
-        "               beside them; boost: the default, where a flush that waited 10 ms raises the reaper to the\n"
-        "               flushing thread's nice (%d here) until its queue is empty\n",
-        spin.cpus_they_can_use(), getpriority(PRIO_PROCESS, 0));
+                busy, busy == 1 ? "" : "es", cpus, size_label(control_gib).c_str(), reps);
+    print_busy_header();
+    const int spinner_cpus = run_busy_rows(kernel, pages, reps, busy, user_label());
+    // Root's rows say what a privileged process gets; most users are not root: the same rows
+    // again as an ordinary user (uid 65534, no capabilities), in a child that runs only them.
+    const bool also_unprivileged = geteuid() == 0;
+    if (also_unprivileged) rerun_busy_rows_unprivileged(argv[0], control_gib, reps, busy);
+    print_busy_legend(spinner_cpus, also_unprivileged);
   }
 
   const teardown::model::vmstat v = kernel.vmstat();

@@ -6,7 +6,8 @@
 # 10 s after the build on 2 CPUs (the first run after a boot touches fresh memory: longer). Extra
 # arguments go to the program: `scripts/demo.sh 2 --reps 5`, `scripts/demo.sh --poll-interval
 # 10000` (us; 0: no polling rows), `scripts/demo.sh --busy 2` (adds the busy-machine rows: 2
-# processes spinning at nice 0; about a minute), `scripts/demo.sh --help`.
+# processes spinning at nice 0, the invoking user's rows and, as root, an ordinary user's too; about a
+# minute), `scripts/demo.sh --help`.
 # Usage: scripts/demo.sh [ARGS...]   (from anywhere; installs missing Debian packages first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
