@@ -142,6 +142,10 @@ std::vector<item> make_items(std::initializer_list<std::uint64_t> sizes) {
 }
 
 
+// The defaults, but a flush only waits: the tests that check an item ran on the worker, not on
+// a flush that waited and helped ("Waiters help").
+async_teardown_options worker_only() { return {.reaper = {.name = "async_teardown", .waiters_help = false}}; }
+
 // A reaper whose oldest queued item counts as stalled after a millisecond.
 async_teardown_options stalls_quickly(bool sync_when_stalled = true) {
   return {.sync_when_stalled = sync_when_stalled, .reaper = {.name = "async_teardown", .stall_threshold = 1ms}};
@@ -241,7 +245,7 @@ using AsyncTeardownStressTest = AsyncTeardownTest;
 
 TEST_F(AsyncTeardownTest, QueuesAnEligibleItemThatFitsAndTheReaperDestroysItOnce) {
   auto items = make_items({100});
-  item_async async({}, traits());
+  item_async async(worker_only(), traits());
   EXPECT_EQ(async.put(items[0]), decision::queued);
   EXPECT_EQ(items[0].prepared.load(), 1);
   async.flush();
@@ -944,7 +948,7 @@ TEST_F(AsyncTeardownTest, DrainTearsDownOldestFirstOnTheCallerOnlyItemsWhoseChar
 
 TEST_F(AsyncTeardownTest, ItemsDrainDeclinedAreLeftToTheReaperAndFlushCompletesThem) {
   auto items = make_items({10, 50, 20});
-  item_async async({}, traits());
+  item_async async(worker_only(), traits());
   async.freeze();
   for (item& i : items) EXPECT_EQ(async.put(i), decision::queued);
   (void)async.drain(30);
@@ -1037,7 +1041,7 @@ std::size_t unlink_all(item_chain& chain) {
 
 TEST_F(AsyncTeardownTest, PutChainQueuesEveryItemUnderOneChargeAndEachReleasesItsOwn) {
   auto items = make_items({10, 20, 30});
-  item_async async({}, traits());
+  item_async async(worker_only(), traits());
   async.freeze();
   item_chain chain = chain_of(items);
   EXPECT_EQ(async.put_chain(std::move(chain)), decision::queued);

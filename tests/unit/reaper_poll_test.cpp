@@ -74,7 +74,7 @@ TEST(ReaperPollTest, PollingWorkerRunsEveryItemWithoutAnyProducerWake) {
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
   EXPECT_EQ(s.wakeups, 0u) << "a producer made a futex wake";
   EXPECT_EQ(s.reaped, jobs.size());
-  EXPECT_EQ(s.inline_reaped, 0u) << "the worker, not the producer, ran them";
+  EXPECT_EQ(s.inline_reaped, s.helped) << "the worker (or a helping waiter), not the producer, ran them";
   EXPECT_GT(s.polls, 0u) << "the worker found the items at the end of timed sleeps";
 }
 
@@ -119,7 +119,7 @@ TEST(ReaperPollTest, FlushFreezeAndStopWakeAWorkerThatPollsHourly) {
   for (job& j : last) reaper.enqueue(j);
   reaper.stop();  // returns: drains and joins
   EXPECT_EQ(ran_exactly_once(last), last.size());
-  EXPECT_EQ(reaper.stats().inline_reaped, 0u) << "the worker drained them";
+  EXPECT_EQ(reaper.stats().inline_reaped, reaper.stats().helped) << "the worker (or the helping stop) drained them";
   EXPECT_EQ(reaper.stats().wakeups, 0u);
 }
 

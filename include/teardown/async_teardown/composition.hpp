@@ -328,7 +328,9 @@ class async_teardown
       s.inline_uncontended = inline_uncontended_.read(std::memory_order_acquire);
       s.inline_small = inline_small_.read(std::memory_order_acquire);
       s.inline_total = inline_total_.read();
-      s.errors = shared() ? errors_.read() : reaper_->stats().errors;
+      const reaper_stats worker = on_workers([](const auto& workers) { return workers.stats(); });
+      s.errors = shared() ? errors_.read() : worker.errors;
+      s.helped = worker.helped;
     }
     s.pending = budget_.pending();
     s.cap = budget_.cap();

@@ -147,6 +147,9 @@ struct async_teardown_stats {
   std::uint64_t high_water = 0;          // the budget's highest pending
   // On a shared budget these three are the shared budget's: every sharer's charges together.
   trim_stats trim{};                     // the worker(s)' allocator trims (options' trim)
+  std::uint64_t helped = 0;              // items a waiting flush or stop tore down itself (the
+                                         // worker's "Waiters help"; on a shared worker, every
+                                         // sharer's together); counted in reaped too
 
   // The old names, one release, filled with the same values.
   [[deprecated("use inline_total")]] std::uint64_t sync = 0;

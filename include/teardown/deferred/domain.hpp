@@ -110,6 +110,9 @@ struct deferred_stats {
   std::uint64_t cap = 0;                 // the budget's cap
   std::uint64_t high_water = 0;          // the highest pending so far
   trim_stats trim{};                     // the reaper's allocator trims (see "Knobs": trim)
+  std::uint64_t helped = 0;              // queued ones a waiting flush or stop freed itself
+                                         // (the reaper's "Waiters help"; on a shared worker,
+                                         // every sharer's together)
 
   // The old names, one release, filled with their old values.
   [[deprecated("use inline_total")]] std::uint64_t freed_inline = 0;
@@ -299,6 +302,7 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
     s.cap = queue.cap;
     s.high_water = queue.high_water;
     s.trim = queue.trim;
+    s.helped = queue.helped;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
     s.freed_inline = s.inline_total;  // the old names, one release, with their old values
