@@ -17,7 +17,9 @@
 // async_munmap hands the range over: until it is unmapped the caller must not touch it, nor
 // mmap(MAP_FIXED) over it (the deferred munmap would remove the new mapping); flush() first to
 // reuse the addresses. Plain mmap never returns addresses that are still mapped. After fork()
-// the child inherits the mappings and unmaps its own copy of what the parent had queued.
+// the child inherits the mappings and unmaps its own copy of what the parent had queued. A
+// range longer than the domain's unmap_chunk (8 MiB) is queued in chunks, one item each
+// (deferred/domain.hpp, "Chunks"): it may be unmapped piece by piece, by more than one thread.
 //
 // Memory ordering: none of its own (deferred/domain.hpp).
 // Design: docs/design.md, "deferred.hpp: deleters and async_munmap".

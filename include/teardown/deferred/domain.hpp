@@ -15,7 +15,7 @@
 //                        timeout, leaving the rest to the still-running reaper. After either,
 //                        every deletion is inline.
 //   ~deferred_domain     any thread but the domain's own reaper and its drain (aborts there).
-//   stats, stalled, enabled, threshold, max_pending, set_threshold, trace_domain,
+//   stats, stalled, enabled, threshold, max_pending, set_threshold, trace_domain, unmap_chunk,
 //   replace_max_pending, worker_stats   any thread; wait-free (replace_max_pending: lock-free).
 //   nice, set_nice       any thread; take the reaper's nice mutex briefly.
 //   enable, disable, set_enabled, set_max_pending
@@ -33,7 +33,34 @@
 // queuing); max_pending: a quarter of memory (memory_limit.hpp), ONE cap shared by every domain
 // on the defaults (default_budget()): set max_pending for a budget of the domain's own;
 // sync_when_stalled; trim.after = 64 MiB (the reaper calls malloc_trim after batches that freed
-// that much); reaper named "deferred_delete", nice 19, on the housekeeping CPUs.
+// that much); reaper named "deferred_delete", nice 19, on the housekeeping CPUs; unmap_chunk
+// = 8 MiB (below).
+//
+// Chunks. unmap() queues a range longer than unmap_chunk as chunks (pieces of unmap_chunk bytes
+// from addr, the last one shorter), each an item of its own, so that the work can be shared:
+// chunks the reaper has not taken yet (it is starved before its next pass, or busy with an
+// earlier item), and those a freeze hands back, are offered one by one to drain() (and to a
+// flush that helps), which takes what fits; one 1 GiB item could only be taken whole, or
+// waited for. The reaper's pass takes every chunk queued by then as its batch, and a batch it
+// holds is out of such a caller's reach until it hands the rest back (a freeze makes it;
+// reaper.hpp, reap_on_caller). At most max_unmap_chunks (1024) chunks: a longer range gets
+// longer ones. 8 MiB costs a node and a munmap per 8 MiB, next to the milliseconds it takes to
+// free 8 MiB of touched pages. A range is cut only once the toggle, the threshold and the cap
+// have had their say on its whole length: disabled, below the threshold or longer than the cap
+// (which no reservation could pass), it is one item, unmapped inline in one munmap. Cut, it is
+// put as one unit (async_teardown::put_chain): the threshold on the sum, one reservation of the
+// whole charge (the same as one item's: all chunks queue or none does), one enqueue. So
+//   - stats: a range queued in N chunks counts N in queued and reaped (N in inline_total and
+//     its subset if put refuses them: every chunk is then unmapped inline); one not cut counts 1;
+//   - trace: each chunk has its own queue and reap (or sync) event, whose id is the chunk's first
+//     address and whose cost is its charge: the first chunk's id is the mapping's, and the
+//     events of one mapping cover [addr, addr + length rounded up) once each;
+//   - no memory for a chunk's node: the chunks already built are put, and the rest of the range
+//     is unmapped inline first, as one munmap, one sync event "no_memory" (id: its first
+//     address), one count in inline_no_memory. Every page is unmapped once either way.
+// Chunks unmapped out of order (a drain may take a later one and leave an earlier one) split
+// the mapping's VMA for a while: each hole is one more VMA against vm.max_map_count, and a
+// munmap that would pass it fails (ENOMEM; errors, on the reaper).
 //
 // Memory ordering: nothing here adds any. The node and the object reach the reaper through the
 // llist (release add, acquire del_all), so a destructor on the reaper sees everything the
@@ -48,6 +75,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -58,6 +87,7 @@
 #include "teardown/deferred/cost.hpp"
 #include "teardown/deferred/node.hpp"
 #include "teardown/detail/fatal.hpp"
+#include "teardown/llist.hpp"
 #include "teardown/memory_limit.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/trace.hpp"
@@ -74,6 +104,27 @@ inline std::uint64_t deferred_default_max_pending() noexcept {
   const std::uint64_t memory = memory_limit();
   const std::uint64_t quarter = memory != 0 ? memory / 4 : std::uint64_t{1} << 30;
   return std::min(quarter, budget::max_cap);
+}
+
+// deferred_domain_options::unmap_chunk, checked: 0 or a multiple of the page size (a chunk must
+// begin on a page, as munmap's addr must).
+inline std::size_t validated_unmap_chunk(std::size_t chunk) {
+  if (chunk % page_size() != 0) {
+    throw std::invalid_argument("teardown::deferred_domain: unmap_chunk must be 0 or a multiple of the page size (" +
+                                std::to_string(page_size()) + ")");
+  }
+  return chunk;
+}
+
+// The chunk a range of `bytes` (whole pages) is cut into: 0 for one item (chunking off, or the
+// range no longer than a chunk); else `chunk`, grown to whole pages so that there are at most
+// `max_chunks` pieces (a huge sparse reservation must not cost a node and a syscall per 8 MiB).
+inline std::size_t unmap_chunk_for(std::size_t bytes, std::size_t chunk, std::size_t max_chunks) noexcept {
+  if (chunk == 0 || bytes <= chunk) return 0;
+  if ((bytes - 1) / chunk < max_chunks) return chunk;  // ceil(bytes / chunk) <= max_chunks
+  const std::size_t page = page_size();
+  const std::size_t least = (bytes - 1) / max_chunks + 1;  // ceil(bytes / max_chunks)
+  return (least + page - 1) / page * page;  // no wrap: least <= bytes / 1024 + 1
 }
 
 // The budget every domain on the defaults shares; see deferred_domain::default_budget.
@@ -142,6 +193,10 @@ struct deferred_domain_options {
   trim_options trim{.after = std::uint64_t{64} << 20};
   std::uint64_t hurry_at = 0;                     // async_teardown_options::hurry_at
   std::shared_ptr<shared_worker_base> worker = nullptr;  // e.g. deferred::default_worker()
+  // unmap() queues a longer range as pieces of this many bytes, each an item of its own, so
+  // that a drain or a helping waiter can take the pieces the reaper has not started (see
+  // "Chunks"). 0: one item, whatever the length. Otherwise a multiple of the page size.
+  std::size_t unmap_chunk = std::size_t{8} << 20;
 
   /// For code written against the old constructor, one release.
   [[deprecated("deferred_domain takes deferred_domain_options")]] operator async_teardown_options() const {
@@ -166,6 +221,10 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
   static constexpr std::uint64_t default_threshold = std::uint64_t{64} << 10;
   /// The reaper trims the allocator once batches freed this many bytes (see "Knobs").
   static constexpr std::uint64_t default_trim_after = std::uint64_t{64} << 20;
+  /// unmap() queues a longer range in pieces of this many bytes (see "Chunks").
+  static constexpr std::size_t default_unmap_chunk = std::size_t{8} << 20;
+  /// At most this many pieces per range: a longer one gets longer pieces (see "Chunks").
+  static constexpr std::size_t max_unmap_chunks = 1024;
 
   /// A quarter of memory (see "Knobs"); 1 GiB if the system does not say.
   static std::uint64_t default_max_pending() noexcept { return detail::deferred_default_max_pending(); }
@@ -180,11 +239,13 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
   static deferred_domain_options default_options() { return {}; }
 
   /// Starts the reaper. Options with max_pending set by hand give the domain a budget of its
-  /// own with that cap (the shared default_budget() is dropped). Throws std::invalid_argument
-  /// if max_pending > budget::max_cap (or is set along with another shared budget),
-  /// std::system_error if the thread cannot start. `deferred_domain d({.threshold = 1 << 20})`
-  /// keeps every other default of deferred_domain_options.
-  explicit deferred_domain(deferred_domain_options opts = {}) : async_(queue_options(std::move(opts))) {}
+  /// own with that cap (the shared default_budget() is dropped). Throws std::invalid_argument,
+  /// starting nothing, if max_pending > budget::max_cap (or is set along with another shared
+  /// budget) or unmap_chunk is not a multiple of the page size; std::system_error if the thread
+  /// cannot start. `deferred_domain d({.threshold = 1 << 20})` keeps every other default of
+  /// deferred_domain_options.
+  explicit deferred_domain(deferred_domain_options opts = {})
+      : unmap_chunk_(detail::validated_unmap_chunk(opts.unmap_chunk)), async_(queue_options(std::move(opts))) {}
 
   /// The old constructor, one release: async_teardown_options carry async_teardown's defaults
   /// (no shared budget, a cap of 2^48, a worker named "async_teardown"), not deferred's.
@@ -245,13 +306,26 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
   /// std::invalid_argument and changes nothing. An inline munmap that fails throws
   /// std::system_error (nothing was unmapped); one that fails on the reaper is counted in
   /// errors and handed to the reaper's on_error. The charge is length rounded up to pages.
+  /// A range longer than unmap_chunk() is queued in chunks, one item each, all or none (one
+  /// reservation of the whole charge): see "Chunks" for what is counted and traced. Queued
+  /// chunks return queued; refused, every chunk is unmapped here (the others still are if one
+  /// munmap fails; the first error is thrown).
   decision unmap(void* addr, std::size_t length) {
     const std::size_t bytes = detail::checked_unmap_length(addr, length);
     if (!async_.enabled()) {
       return free_inline(disabled_, "disabled", &detail::unmap_range, addr, length, bytes, decision::inline_disabled);
     }
-    return hand_over(&detail::unmap_range, addr, length, bytes);
+    const std::size_t chunk = detail::unmap_chunk_for(bytes, unmap_chunk_, max_unmap_chunks);
+    // Below the threshold the small path allocates nothing; above the cap no reservation can
+    // succeed, so the range goes inline as one munmap rather than chunk by chunk.
+    if (chunk == 0 || bytes < async_.threshold() || bytes > async_.max_pending()) {
+      return hand_over(&detail::unmap_range, addr, length, bytes);
+    }
+    return hand_over_chunks(static_cast<char*>(addr), length, bytes, chunk);
   }
+
+  /// The chunk length unmap() cuts longer ranges into; 0: none (options' unmap_chunk).
+  std::size_t unmap_chunk() const noexcept { return unmap_chunk_; }
 
   /// Driven mode (opts.reaper.driven): the reaper's run and work_fd (docs/design.md, "Driven mode").
   drive_result run(drive_limits limits = {}) { return async_.run(limits); }
@@ -394,6 +468,40 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
     return async_.put(*node);  // frees node and payload inline if it does not queue them
   }
 
+  // unmap() of a range longer than `chunk`: a chain of nodes, low chunk first in line, put as
+  // one unit (put_chain: the threshold on the sum, one reservation of the whole charge, one
+  // enqueue), so the budget sees the same charge as for one item. A node that cannot be
+  // allocated ends the chain: the rest of the range is unmapped here first (if that throws,
+  // the chain's nodes are freed and nothing was unmapped), then the chain is put.
+  decision hand_over_chunks(char* addr, std::size_t length, std::size_t bytes, std::size_t chunk) {
+    llist_chain<detail::deferred_node, &detail::deferred_node::hook> chain;
+    std::size_t offset = 0;  // a multiple of chunk, so of the page: each piece starts on a page
+    while (offset < length) {
+      detail::deferred_node* node = detail::allocate_node();
+      if (node == nullptr) break;
+      const std::size_t piece = std::min(chunk, length - offset);  // the last may end mid-page
+      node->charge = std::min(chunk, bytes - offset);             // whole pages, as munmap frees
+      node->free_payload = &detail::unmap_range;
+      node->payload = addr + offset;
+      node->length = piece;
+      // push_front: after add_batch the front is the newest, so the lowest chunk is the oldest
+      // (the reaper and drain take it first).
+      chain.push_front(*node);
+      offset += piece;
+    }
+    if (offset < length) {
+      try {
+        (void)free_inline(no_memory_, to_string(decision::inline_no_memory), &detail::unmap_range, addr + offset,
+                          length - offset, bytes - offset, decision::inline_no_memory);
+      } catch (...) {
+        while (detail::deferred_node* node = chain.pop_front()) delete node;
+        throw;
+      }
+      if (chain.empty()) return decision::inline_no_memory;
+    }
+    return async_.put_chain(std::move(chain));  // unmaps every chunk inline if it does not queue them
+  }
+
   // `reason` is the sync trace point's: put()'s reasons, plus "no_memory" and "cost_error".
   decision free_inline(sharded_counter& counter, const char* reason, detail::free_function free_payload, void* payload,
                        std::size_t length, std::uint64_t bytes, decision why) {
@@ -408,6 +516,7 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
   sharded_counter no_memory_;
   sharded_counter cost_errors_;
   sharded_counter disabled_;
+  const std::size_t unmap_chunk_ = default_unmap_chunk;  // checked before async_ starts a thread
   queue_type async_;  // last: destroyed (drained) first
 };
 

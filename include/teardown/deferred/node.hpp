@@ -55,8 +55,9 @@ struct deferred_traits {
   }
   static std::uint64_t& charge(deferred_node& node) noexcept { return node.charge; }
   static void*& owner(deferred_node& node) noexcept { return node.owner; }
-  // The trace points name the object (or the mapping), not its node: the inline paths that
-  // never allocate a node report the same id.
+  // The trace points name the object (or the mapping, or for a chunk its first address: see
+  // domain.hpp, "Chunks"), not its node: the inline paths that never allocate a node report the
+  // same id.
   static std::uint64_t id(const deferred_node& node) noexcept {
     return reinterpret_cast<std::uintptr_t>(node.payload);
   }
@@ -75,13 +76,19 @@ inline void unmap_range(void* addr, std::size_t length) {
 }
 
 /// Fault injection for tests (not part of the API): the next N node allocations on the calling
-/// thread fail, as if the allocator were out of memory.
+/// thread fail, as if the allocator were out of memory; with node_allocations_before_failing
+/// = K, only after K more have succeeded (a failure midway through a chunked munmap).
 inline thread_local std::uint32_t fail_next_node_allocations = 0;
+inline thread_local std::uint32_t node_allocations_before_failing = 0;
 
 inline deferred_node* allocate_node() noexcept {
   if (fail_next_node_allocations != 0) [[unlikely]] {
-    --fail_next_node_allocations;
-    return nullptr;
+    if (node_allocations_before_failing != 0) {
+      --node_allocations_before_failing;
+    } else {
+      --fail_next_node_allocations;
+      return nullptr;
+    }
   }
   return new (std::nothrow) deferred_node;
 }
