@@ -51,10 +51,11 @@ can_install_packages() {
 build_packages=(cmake ninja-build g++ pkg-config libatomic-ops-dev systemtap-sdt-dev)
 # libc++-dev and libc++abi-dev: the strict consumer tests and process.libcxx build the headers
 # with Clang's libc++; valgrind: process_boundary_test runs shadow teardown under it; strace and
-# libjemalloc2: shadow_preload_test runs teardown-run under strace -f and with jemalloc preloaded.
+# libjemalloc2: shadow_preload_test runs teardown-run under strace -f and with jemalloc preloaded;
+# libjemalloc2, libtcmalloc-minimal4 and libmimalloc2.0: the alloc_* tests preload each allocator.
 test_packages=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev
                libboost-dev libck-dev liburcu-dev spin libc++-dev libc++abi-dev valgrind
-               strace libjemalloc2 bpftrace)
+               strace libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 bpftrace)
 
 # What benchmarks/run.sh needs to draw its plots (Debian's python3 with matplotlib).
 plot_packages=(python3-matplotlib)

@@ -3,31 +3,42 @@
 // Freed is not returned: malloc keeps what a program frees for its next allocations. glibc
 // gives a free chunk back only when it was mmap()ed (from 128 KiB up, until a large free raises
 // that threshold) or when it ends the heap; a gigabyte of medium objects freed behind one live
-// block stays resident. malloc_trim(0) walks the arenas and hands every free page back
-// (madvise), which costs milliseconds for a big heap: on a producer that is a stall, on the
-// worker that just freed the memory it costs nobody's latency. So a composition's worker calls
-// after_batch() once per batch, and the trimmer trims when the batches since the last trim
-// freed at least `after` (in the composition's cost units: bytes for a deferred_domain): at most
-// one trim per `after` freed, and at most `after` left untrimmed once the worker is idle. A
-// min_interval caps the rate further, at a price: what is freed within it after a trim waits
-// for a batch after it, and with no further batch stays in the heap.
+// block stays resident; jemalloc, tcmalloc and mimalloc keep freed pages too, each until its own
+// decay or purge. A trim hands the free pages back: by default the purge of the allocator that
+// serves malloc, found at run time (allocator_purge.hpp: malloc_trim(0) under glibc, mallctl's
+// arena purge under jemalloc, ReleaseFreeMemory under tcmalloc, mi_collect under mimalloc).
+// That costs milliseconds for a big heap: on a producer it is a stall, on the worker that just
+// freed the memory it costs nobody's latency. So a composition's worker calls after_batch()
+// once per batch, and the trimmer trims when the batches since the last trim freed at least
+// `after` (in the composition's cost units: bytes for a deferred_domain): at most one trim per
+// `after` freed, and at most `after` left untrimmed once the worker is idle. A min_interval
+// caps the rate further, at a price: what is freed within it after a trim waits for a batch
+// after it, and with no further batch stays in the heap.
 //
 //     allocator_trimmer trimmer({.after = 64 << 20});
-//     trimmer.freed(bytes);      // wherever memory was freed, any thread
+//     trimmer.freed(bytes);      // once the memory is free (after the destroy), any thread
 //     trimmer.after_batch();     // on the worker only, after a batch: trims when due
 //
 // Who may call what
 //   constructor   any thread; std::invalid_argument, building nothing, for a negative
 //                 min_interval or a null trim function while after is not 0.
-//   freed         any thread, concurrently; wait-free (one relaxed RMW; nothing when off).
+//   freed         any thread, concurrently, after the memory it counts is free (a trim that
+//                 runs before the free cannot return it, and would consume its count);
+//                 wait-free (one relaxed RMW; nothing when off).
 //   after_batch   the threads that may trim: a composition calls it on its workers only, never
-//                 on a producer. Concurrent calls trim at most once between them (a CAS claims
-//                 the trim); blocking while it trims.
+//                 on a producer, and not once its worker has stopped. Concurrent calls trim at
+//                 most once per min_interval between them (a CAS claims the trim); blocking
+//                 while it trims. The trim consumes, with one exchange, exactly the count it
+//                 read: a count added meanwhile stays for the next trim.
+//   due           any thread; wait-free: after_batch would find enough freed (interval aside).
 //   stats         any thread; wait-free.
 //
-// What a trim returned is measured as the process's resident set just before the call less
-// just after it (/proc/self/statm): the allocator's own statistics do not see pages it
-// madvise()s away. Other threads allocating or freeing meanwhile move that figure too.
+// A trim function that returns a negative value could call nothing (the default under an
+// allocator it does not know, allocator_kind::other): that is not a trim, and is not counted
+// in trims, trimmed_bytes or trim_cpu_ns. What a trim returned is measured as the process's
+// resident set just before the call less just after it (/proc/self/statm): the allocator's own
+// statistics do not see pages it madvise()s away. Other threads allocating or freeing
+// meanwhile move that figure too.
 // Design: docs/design.md, "allocator_trim: giving freed memory back".
 #pragma once
 
@@ -46,13 +57,15 @@
 #include <malloc.h>
 #endif
 
+#include "teardown/allocator_purge.hpp"
 #include "teardown/worker_thread.hpp"
 
 namespace teardown {
 
 namespace detail {
 
-// glibc's malloc_trim; elsewhere nothing to call (returns 0: nothing released).
+// glibc's malloc_trim whatever serves malloc; elsewhere nothing to call (returns 0: nothing
+// released). The trimmer's default is allocator_purge (allocator_purge.hpp) instead.
 inline int system_malloc_trim(std::size_t pad) noexcept {
 #if defined(__GLIBC__)
   return malloc_trim(pad);
@@ -83,8 +96,9 @@ struct trim_options {
   std::uint64_t after = 0;  // trim once the batches since the last trim freed this much (the
                             // composition's cost units: bytes for a deferred_domain); 0: never
   std::chrono::nanoseconds min_interval{0};  // at most one trim per interval; 0: no limit but after
-  int (*trim)(std::size_t pad) = &detail::system_malloc_trim;  // the allocator's trim: glibc's
-                            // malloc_trim by default; another allocator's purge may stand in
+  int (*trim)(std::size_t pad) = &detail::allocator_purge;  // the allocator's purge, found at
+                            // run time (allocator_purge.hpp); a function of the program's may
+                            // stand in. A negative return: nothing could be called, no trim
 };
 
 struct trim_stats {
@@ -105,18 +119,27 @@ class allocator_trimmer {
     if (enabled()) freed_since_trim_.fetch_add(cost, std::memory_order_relaxed);
   }
 
-  // True if it trimmed.
+  /// True once the batches since the last trim freed `after` (ignoring min_interval).
+  bool due() const noexcept {
+    return enabled() && freed_since_trim_.load(std::memory_order_relaxed) >= opts_.after;
+  }
+
+  // True if it trimmed (a trim function that returned a negative value did not).
   bool after_batch() noexcept {
-    if (!enabled() || freed_since_trim_.load(std::memory_order_relaxed) < opts_.after) return false;
+    if (!due()) return false;
     const std::uint64_t now = detail::monotonic_ns();
     std::uint64_t last = last_trim_ns_.load(std::memory_order_relaxed);
     if (last != 0 && now - last < static_cast<std::uint64_t>(opts_.min_interval.count())) return false;
     // Claims this trim; a concurrent caller that loses sees the new time and waits its interval.
     if (!last_trim_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return false;
-    freed_since_trim_.store(0, std::memory_order_relaxed);
+    // Consumes what was counted so far, and only that: a freed() after this exchange stays for
+    // the next trim (a store of 0 would drop a count that came between the load and the store;
+    // a fetch_sub of the value due() read could go below zero when two claims race at
+    // min_interval 0). Relaxed: the count is a heuristic of what is free, no data rides on it.
+    (void)freed_since_trim_.exchange(0, std::memory_order_relaxed);
     const std::uint64_t resident_before = detail::resident_bytes();
     const std::uint64_t cpu_before = detail::thread_cpu_ns();
-    (void)opts_.trim(0);
+    if (opts_.trim(0) < 0) return false;  // nothing to call: not a trim
     const std::uint64_t cpu = detail::thread_cpu_ns() - cpu_before;
     const std::uint64_t resident_after = detail::resident_bytes();
     trims_.fetch_add(1, std::memory_order_relaxed);

@@ -34,6 +34,7 @@
 //   nice, set_nice                      any thread; reaper's, on every worker.
 //   hurry                               any thread; reaper's, on every worker: lock-free, one futex wake per
 //                                       sleeping worker at most.
+//   request_after_batch                 any thread; reaper's, on the first worker only (one after_batch call).
 //   reap_on_caller                      any thread but a worker; may block (runs teardowns): reaper's, on every
 //                                       worker in turn; returns the sum.
 //   stats, worker_stats, stalled        any thread; wait-free snapshots. worker_stats throws std::out_of_range
@@ -224,6 +225,9 @@ class reaper_pool final : private detail::fork_participant {
     }
     return woken;
   }
+
+  /// reaper::request_after_batch on the first worker: one after_batch call on a worker.
+  void request_after_batch() noexcept { workers_.front()->request_after_batch(); }
 
   /// Stops stealing, then asks every worker to stop and waits for each: each drains its queue,
   /// then is joined. Afterwards enqueue runs fn inline. Idempotent. May block, without limit.

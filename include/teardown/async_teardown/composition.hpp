@@ -276,6 +276,12 @@ class async_teardown
       // After the teardowns (and their reaped counts): a subset never overtakes its superset.
       // release: pairs with the acquire read in stats().
       if (result.items != 0) drained_.add(result.items, std::memory_order_release);
+      // What the drain freed is counted (reap) but never trimmed here, on a caller: the worker
+      // trims it, asked to run its batch-end call even if nothing else is queued. A shared
+      // worker has no batch-end call of ours: there it waits for this composition's next item.
+      if (result.items != 0 && trimmer_.due() && !shared()) {
+        on_workers([](auto& workers) { workers.request_after_batch(); });
+      }
     }
     return result;
   }
@@ -550,30 +556,43 @@ class async_teardown
       waited = now > since ? now - since : 0;
     }
     trace::reap(item_id(item), charge, live, detail::current_cpu(), waited, trace_domain_);  // before destroy frees it
-    // Released and counted even if destroy throws: the item is gone either way, and releasing
-    // twice or never would drift the budget.
+    // Released, counted and its cost handed to the trimmer even if destroy throws: the item is
+    // gone either way, and releasing twice or never would drift the budget. The trimmer counts
+    // after the destroy, once the memory is free: a count taken before could be consumed by a
+    // trim (a pool sibling's, or the worker's beside a drain) that ran before the free.
     struct settle {
       async_teardown* self;
       std::uint64_t charge;
       ~settle() {
         self->budget_.release(charge);
         self->reaped_.add(1, std::memory_order_release);  // pairs with the acquire read in stats()
+        self->trimmer_.freed(charge);
       }
-    } settle_after_destroy{this, charge};
-    trimmer_.freed(charge);
+    };
     if (!shared()) {
+      const settle settle_after_destroy{this, charge};
       traits_.destroy(item);  // may free item
       return;
     }
-    try {
-      traits_.destroy(item);
-    } catch (...) {
-      errors_.add();  // this composition's; the shared worker counts and reports it too
-      throw;
+    {
+      const settle settle_after_destroy{this, charge};
+      try {
+        traits_.destroy(item);
+      } catch (...) {
+        errors_.add();  // this composition's; the shared worker counts and reports it too
+        throw;
+      }
     }
-    // No after_batch of its own on a shared worker: a trim when due after each item, never in
-    // a drain.
-    if (draining_ != this) (void)trimmer_.after_batch();
+    // No after_batch of its own on a shared worker: a trim when due after each item, on the
+    // worker only: never in a drain, nor on a producer that tears down inline once the shared
+    // worker has stopped (after its stop nothing trims).
+    if (draining_ != this && trimmer_.due() && on_shared_worker()) (void)trimmer_.after_batch();
+  }
+
+  // The calling thread is one of the shared worker's (or, driven, the one running it).
+  bool on_shared_worker() const noexcept {
+    if constexpr (shareable && !compiled_out) return shared_->workers().in_own_callback();
+    else return false;
   }
 
   Traits traits_;

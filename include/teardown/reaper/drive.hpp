@@ -123,6 +123,7 @@ inline drive_result reaper<T, Hook, Fn, Queue>::run_locked(drive_limits limits,
     if (timed && sync_ops::now_ns() - start >= budget_ns) break;
   }
   result.more = driven_more();
+  if (!result.more && take_after_batch_request()) call_after_batch();  // request_after_batch
   if (result.more) signal_work();
   return result;
 }

@@ -238,6 +238,14 @@ class reaper final : private detail::fork_participant {
   /// included; lock-free, one futex wake at most.
   bool hurry() noexcept;
 
+  /// Asks for one more call of options' after_batch on the worker, even with nothing queued:
+  /// for a caller that tore queued items down itself (reap_on_caller) and wants the batch-end
+  /// work (a composition's allocator trim) done on the worker for them. Wakes a sleeping
+  /// worker; driven, signals work_fd and the next run() makes the call. Several requests
+  /// before the call make one call; nothing without an after_batch, or once stopped. Any
+  /// thread; lock-free, one futex wake at most.
+  void request_after_batch() noexcept;
+
   /// Driven only: tears down, on the calling thread, what is queued, within `limits` (at least
   /// one item when one is queued and limits.items > 0); the rest of a batch it took waits for the
   /// next run. Consumes work_fd's signal and signals again when it leaves work (`more`). A
@@ -389,6 +397,8 @@ class reaper final : private detail::fork_participant {
   void tear_down_inline(T& item) noexcept { tear_down(item, /*on_worker=*/false); }
 
   void call_after_batch() noexcept;
+  // True once per request_after_batch() (requests before it coalesce).
+  bool take_after_batch_request() noexcept;
 
   // On a caller: takes whatever is queued (each node goes to exactly one taker) and tears it
   // down here, oldest first. First what a fork child's parked worker held (in held_, in run
@@ -607,6 +617,7 @@ class reaper final : private detail::fork_participant {
   // Control plane: guarded by control_mutex_.
   alignas(64) mutable mutex_type control_mutex_;
   condition_type control_changed_;
+  atomic<bool> after_batch_wanted_{false};  // request_after_batch(): taken by the worker's next pass
   atomic<bool> control_requested_{false};  // written under control_mutex_; read as a hint
   bool worker_running_ = false;
   bool worker_parked_ = false;

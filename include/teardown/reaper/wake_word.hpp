@@ -101,6 +101,27 @@ inline bool reaper<T, Hook, Fn, Queue>::hurry() noexcept {
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
+inline void reaper<T, Hook, Fn, Queue>::request_after_batch() noexcept {
+  if (!opts_.after_batch) return;
+  // release: pairs with the acquire exchange in take_after_batch_request, so what the caller did
+  // before (the memory it freed, the trimmer's count) is visible to the after_batch it asks for.
+  after_batch_wanted_.store(true, std::memory_order_release);
+  if (opts_.driven) {
+    signal_work();
+  } else {
+    (void)kick();  // a worker past its last look at the flag sleeps no longer than this kick
+  }
+}
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+inline bool reaper<T, Hook, Fn, Queue>::take_after_batch_request() noexcept {
+  // The load first: the flag is almost always clear, and a load does not take the line.
+  // acquire: pairs with request_after_batch's release store.
+  return after_batch_wanted_.load(std::memory_order_relaxed) &&
+         after_batch_wanted_.exchange(false, std::memory_order_acquire);
+}
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline bool reaper<T, Hook, Fn, Queue>::spin_found_work() const noexcept {
   for (std::uint32_t poll = 0; poll < opts_.spin_polls; ++poll) {
     if (!queue_.empty() || control_requested_.load(std::memory_order_relaxed)) return true;

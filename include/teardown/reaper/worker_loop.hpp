@@ -49,7 +49,10 @@ inline void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
     if (took) {
       if (link_ != nullptr) set_idle(false);
       run_in_flight();
+      (void)take_after_batch_request();  // this call serves it too
       if (opts_.after_batch) call_after_batch();
+    } else if (take_after_batch_request()) {
+      call_after_batch();  // asked for without a batch (request_after_batch)
     }
     // A batch a freeze handed back is not done: its flush waits for the pass that takes it
     // again. (The rest of a batch a sibling took is that sibling's; docs/design.md,
