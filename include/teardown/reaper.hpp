@@ -23,15 +23,13 @@
 //   hurry                            any thread, concurrently; lock-free, async-signal-safe; one futex wake at most.
 //   request_after_batch              any thread, concurrently; lock-free; one futex wake at most. The worker's next
 //                                    pass calls options' after_batch even without a batch (driven: the next run).
-//   flush, flush_for                 any thread but the worker; may block (waits for the worker; past
-//                                    boost_after with no raise in force, tears queued items down itself:
+//   flush, flush_for                 any thread but the worker; may block (waits for the worker, or helps:
 //                                    "Waiters help"). See "The barrier" for exactly what a flush waits for.
 //   freeze, thaw                     any thread but the worker; freeze may block until the worker is parked
 //                                    between items. Freezes nest; thaw without freeze throws. A worker frozen in
 //                                    the middle of a batch hands the rest of it back to the queue, so that
 //                                    reap_on_caller reaches everything not yet started.
-//   stop, stop_for                   any thread but the worker; may block (drains, helping as a flush does, then
-//                                    joins). Idempotent. stop
+//   stop, stop_for                   any thread but the worker; may block (drains or helps, joins). Idempotent. stop
 //                                    and the destructor wait without limit; stop_for gives up after a timeout and
 //                                    leaves the rest to the still-running worker (see stop_for).
 //   destructor                       stop(). Never from the reaper's own callback (fn, or take/fn inside
@@ -41,8 +39,7 @@
 //                                    while the worker cannot exit: the exiting worker waits for such a read to
 //                                    end, and stats then makes one futex wake.
 //   fn                               runs on the worker; also on callers after stop(), in a fork child, on a
-//                                    caller that races stop(), and on a waiting flush, stop or composition's
-//                                    waiter that helps. It must accept distinct items concurrently.
+//                                    caller that races stop(), and on a waiter that helps; concurrently.
 //                                    flush/freeze/stop from fn throw std::logic_error (it would wait for itself).
 //                                    With fork_policy::wait_for_item, fn must not construct or destroy a reaper,
 //                                    nor call another reaper's flush, freeze, stop or reap_on_caller ("Fork").
@@ -60,9 +57,7 @@
 // Memory ordering: the queue is an llist (release add, acquire del_all), so fn sees everything a producer wrote
 // to the item before enqueue. The state word's RMWs are acq_rel: a worker that reads KICKED synchronizes with the
 // kicking producer, so its next del_all sees that add. Control requests (flush, freeze, stop) travel under a
-// mutex; a relaxed flag tells the worker to look, and a kick wakes it.
-//
-// Design: docs/design.md, "The reaper".
+// mutex; a relaxed flag tells the worker to look, and a kick wakes it. Design: docs/design.md, "The reaper".
 #pragma once
 
 #include "teardown/reaper/options.hpp"

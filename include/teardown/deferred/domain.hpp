@@ -32,35 +32,20 @@
 // Knobs (deferred_domain_options{}): threshold 64 KiB (below it deleting inline is cheaper than
 // queuing); max_pending: a quarter of memory (memory_limit.hpp), ONE cap shared by every domain
 // on the defaults (default_budget()): set max_pending for a budget of the domain's own;
-// sync_when_stalled; trim.after = 64 MiB (the reaper calls malloc_trim after batches that freed
-// that much); reaper named "deferred_delete", nice 19, on the housekeeping CPUs; unmap_chunk
+// sync_when_stalled; trim.after = 64 MiB (the reaper runs the allocator's purge after batches
+// that freed that much); reaper named "deferred_delete", nice 19, on the housekeeping CPUs; unmap_chunk
 // = 8 MiB (below).
 //
-// Chunks. unmap() queues a range longer than unmap_chunk as chunks (pieces of unmap_chunk bytes
-// from addr, the last one shorter), each an item of its own, so that the work can be shared:
-// chunks the reaper has not taken yet (it is starved before its next pass, or busy with an
-// earlier item), and those a freeze hands back, are offered one by one to drain() (and to a
-// flush that helps), which takes what fits; one 1 GiB item could only be taken whole, or
-// waited for. The reaper's pass takes every chunk queued by then as its batch, and a batch it
-// holds is out of such a caller's reach until it hands the rest back (a freeze makes it;
-// reaper.hpp, reap_on_caller). At most max_unmap_chunks (1024) chunks: a longer range gets
-// longer ones. 8 MiB costs a node and a munmap per 8 MiB, next to the milliseconds it takes to
-// free 8 MiB of touched pages. A range is cut only once the toggle, the threshold and the cap
-// have had their say on its whole length: disabled, below the threshold or longer than the cap
-// (which no reservation could pass), it is one item, unmapped inline in one munmap. Cut, it is
-// put as one unit (async_teardown::put_chain): the threshold on the sum, one reservation of the
-// whole charge (the same as one item's: all chunks queue or none does), one enqueue. So
-//   - stats: a range queued in N chunks counts N in queued and reaped (N in inline_total and
-//     its subset if put refuses them: every chunk is then unmapped inline); one not cut counts 1;
-//   - trace: each chunk has its own queue and reap (or sync) event, whose id is the chunk's first
-//     address and whose cost is its charge: the first chunk's id is the mapping's, and the
-//     events of one mapping cover [addr, addr + length rounded up) once each;
-//   - no memory for a chunk's node: the chunks already built are put, and the rest of the range
-//     is unmapped inline first, as one munmap, one sync event "no_memory" (id: its first
-//     address), one count in inline_no_memory. Every page is unmapped once either way.
-// Chunks unmapped out of order (a drain may take a later one and leave an earlier one) split
-// the mapping's VMA for a while: each hole is one more VMA against vm.max_map_count, and a
-// munmap that would pass it fails (ENOMEM; errors, on the reaper).
+// Chunks. unmap() queues a range longer than unmap_chunk as chunks (unmap_chunk bytes each from
+// addr, at most max_unmap_chunks = 1024: a longer range gets longer ones), each an item, so that
+// what the reaper has not taken (or a freeze handed back) goes to drain() and to a flush that
+// helps piece by piece. The toggle, the threshold and the cap judge the whole range first (else
+// one item, unmapped inline in one munmap); cut, it is put as one unit (put_chain: one charge,
+// all chunks queue or none). stats count each chunk as an item; each has its own trace events,
+// id its first address. No node for a chunk midway: the chunks built are put and the rest is
+// unmapped inline in one munmap (inline_no_memory). Every page is unmapped once. Chunks freed
+// out of order split the VMA for a while (vm.max_map_count). docs/design.md, "async_munmap in
+// chunks".
 //
 // Memory ordering: nothing here adds any. The node and the object reach the reaper through the
 // llist (release add, acquire del_all), so a destructor on the reaper sees everything the
