@@ -1,0 +1,680 @@
+// alloc_matrix — deferred teardown under the allocator the process runs with (glibc's, or one
+// LD_PRELOADed: jemalloc, tcmalloc, mimalloc; benchmarks/scripts/alloc_matrix.py runs this
+// program once per allocator). For three shapes of garbage, freed inline (plain delete) and
+// deferred (teardown::deferred_delete on the default domain: the library's default options,
+// whatever its trim does when run), it measures the free path on the caller, the resident set
+// left after the flush and the library's trim, the peak resident set over rounds of build and
+// free with no flush between, and the CPU the frees took (the caller's inline, the reaper's
+// deferred). A crossover sweep times the free path per object for buffers of 4 KiB to 1 MiB,
+// inline against deferred (a domain whose threshold is 0, so that every buffer is queued): the
+// size below which deferring loses says where the default threshold (64 KiB) should be.
+// A plain program, not Google Benchmark; each case runs in a fresh child (an untouched heap).
+//
+//   alloc_matrix [--allocator NAME] [--scale S] [--rounds N] [--shapes LIST] [--trim LIST]
+//                [--sweep-reps N] [--no-sweep] [--no-matrix] [--json FILE] [--quick]
+//     --allocator NAME  the name the rows carry (default: the one detected, see below); the
+//                       program says so when the detected allocator is another
+//     --scale S         multiplies every shape (default 1: a 1 GiB vector, 4 M map entries,
+//                       10,000 buffers of 100 KiB) and the sweep's 64 MiB per child
+//     --rounds N        build/free rounds per case (default 10)
+//     --shapes LIST     of vector,map,buffers (default all three)
+//     --trim LIST       the deferred modes, each a row (default: default):
+//                         default      the library's default options (the default domain)
+//                         off          the same, trim.after = 0 (no trim)
+//                         malloc_trim, jemalloc, tcmalloc, mimalloc
+//                                      default options but this purge as trim.trim: glibc's
+//                                      malloc_trim(0) (whatever serves malloc: the library's
+//                                      default before it detected the allocator),
+//                                      mallctl("thread.tcache.flush") + ("arena.4096.purge"),
+//                                      MallocExtension_MarkThreadIdle() +
+//                                      MallocExtension_ReleaseFreeMemory(), mi_collect(true)
+//                         native       the purge of the allocator detected at run time
+//                       Two that name the same purge (native and malloc_trim under glibc) run
+//                       once, as the first.
+//                       (the explicit ones on a domain of default_options() that shares the
+//                       default domain's worker thread: only the trim function differs)
+//     --sweep-reps N    children per size and mode in the sweep (default 3; 3 timed rounds each)
+//     --no-sweep, --no-matrix   leave that part out
+//     --json FILE       write the JSON there (default: stdout); --out FILE is the same
+//     --quick           a smoke test: --scale 0.0625 --rounds 3 --sweep-reps 1, sweep 4/64/1024 KiB
+//
+// The allocator is detected by the symbols the process resolves (dlsym(RTLD_DEFAULT)): mallctl
+// (jemalloc), MallocExtension_ReleaseFreeMemory (tcmalloc), mi_collect (mimalloc), else glibc.
+//
+// Matrix, per shape and mode, in a fresh child: RSS at the start (statm); the peak reset
+// (/proc/self/clear_refs 5); N rounds of build (every page written) and free; then the flush
+// (deferred), a wait of up to 300 ms for a trim that ends after the flush, 20 ms, and the RSS
+// again. Rows: free_ms (median/min/max over the rounds: the caller's free path), garbage_mib
+// (what round 1's build added to the RSS), rss_after_mib (RSS after, less the start),
+// rss_limit_mib (5% of garbage + 16 MiB: the goal), peak_mib (VmHWM over the rounds, or the
+// highest RSS read after a build where clear_refs is refused), caller_cpu_ms (the caller's CPU
+// in its free paths, all rounds), worker_cpu_ms (the reaper's CPU across the rounds, the flush
+// and the trims), cpu_ms (inline: the caller's; deferred: the reaper's + the caller's), trims,
+// trimmed_mib, trim_cpu_ms, flush_ms, handed_over, queued and the domain's inline frees by reason
+// (inline_stalled: the stall watchdog; inline_rejected: the budget; inline_other).
+// Sweep, per size and mode: `--sweep-reps` children, each frees a warm-up round (timed as
+// cold_ns_per_object: the child's first frees of that size) then 3 timed rounds (the allocator's
+// steady state: glibc's mmap threshold raised, caches filled) of count = 64 MiB / size (32 to
+// 16384) buffers; ns_per_object (median/min/max), cold_ns_per_object (over the children).
+//
+// JSON: {"benchmark": "alloc_matrix", "machine": {...}, "config": {...}, "rows": [
+//          {"part": "matrix", "allocator", "shape", "mode", "trim", ...the figures above},
+//          {"part": "sweep", "allocator", "size_kib", "mode", "objects", "ns_per_object"}]}
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "teardown/allocator_trim.hpp"
+#include "teardown/deferred.hpp"
+
+#include "machine_info.hpp"
+#include "macro_support.hpp"
+
+namespace {
+
+using teardown_bench::json_object;
+using teardown_bench::ms_between;
+using teardown_bench::progress;
+using teardown_bench::strprintf;
+using teardown_bench::summarize;
+using teardown_bench::summary;
+using teardown_bench::thread_cpu_ms;
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr int kMaxRounds = 64;
+constexpr double kMiB = 1 << 20;
+
+// ---- the allocator and its purge ----------------------------------------------------------
+
+void* symbol(const char* name) { return dlsym(RTLD_DEFAULT, name); }
+
+using mallctl_fn = int (*)(const char*, void*, std::size_t*, void*, std::size_t);
+using release_fn = void (*)();
+using collect_fn = void (*)(bool);
+
+const char* detected_allocator() {
+  if (symbol("mallctl") != nullptr) return "jemalloc";
+  if (symbol("MallocExtension_ReleaseFreeMemory") != nullptr) return "tcmalloc";
+  if (symbol("mi_collect") != nullptr) return "mimalloc";
+  return "glibc";
+}
+
+// The purges, as trim_options::trim functions. Each resolves its symbol when called: a name
+// picked on the command line is checked first (trim_function), so none is missing here.
+// jemalloc and tcmalloc first hand the calling thread's cache (the reaper's: it did the frees)
+// back to the arenas, then purge them. 4096 is MALLCTL_ARENAS_ALL.
+int jemalloc_purge(std::size_t) {
+  static const auto mallctl = reinterpret_cast<mallctl_fn>(symbol("mallctl"));
+  if (mallctl == nullptr) return 0;
+  (void)mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
+  return mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0) == 0 ? 1 : 0;
+}
+int tcmalloc_release(std::size_t) {
+  static const auto idle = reinterpret_cast<release_fn>(symbol("MallocExtension_MarkThreadIdle"));
+  static const auto release = reinterpret_cast<release_fn>(symbol("MallocExtension_ReleaseFreeMemory"));
+  if (idle != nullptr) idle();
+  if (release != nullptr) release();
+  return 1;
+}
+int mimalloc_collect(std::size_t) {
+  static const auto collect = reinterpret_cast<collect_fn>(symbol("mi_collect"));
+  if (collect != nullptr) collect(true);
+  return 1;
+}
+int glibc_malloc_trim(std::size_t pad) { return malloc_trim(pad); }
+
+struct trim_choice {
+  std::string name;              // as given: default, off, malloc_trim, jemalloc, ..., native
+  std::string resolved;          // native: the purge it stands for
+  int (*fn)(std::size_t) = nullptr;  // null: the default domain as it is (default) or no trim (off)
+};
+
+// ---- options ------------------------------------------------------------------------------
+
+struct options {
+  std::string allocator;
+  double scale = 1;
+  int rounds = 10;
+  std::vector<std::string> shapes{"vector", "map", "buffers"};
+  std::vector<trim_choice> trims;
+  int sweep_reps = 3;
+  std::vector<int> sweep_kib{4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  bool sweep = true;
+  bool matrix = true;
+  bool quick = false;
+  std::string json;
+};
+
+constexpr const char* kUsage =
+    "usage: alloc_matrix [--allocator NAME] [--scale S] [--rounds N] [--shapes LIST] [--trim LIST]\n"
+    "                    [--sweep-reps N] [--no-sweep] [--no-matrix] [--json FILE] [--quick]\n"
+    "  --allocator NAME  the rows' allocator name (default: the one detected)\n"
+    "  --scale S         multiplies every shape: 1 GiB vector, 4 M map entries, 10,000 x 100 KiB (default 1)\n"
+    "  --rounds N        build/free rounds per case, no flush between (default 10, at most 64)\n"
+    "  --shapes LIST     of vector,map,buffers (default all)\n"
+    "  --trim LIST       deferred modes: default (the library's default options), off, malloc_trim,\n"
+    "                    jemalloc, tcmalloc, mimalloc, native (the detected allocator's purge); default: default\n"
+    "  --sweep-reps N    crossover sweep: children per size and mode (default 3)\n"
+    "  --no-sweep        no crossover sweep; --no-matrix: the sweep only\n"
+    "  --json FILE       write the JSON there (default: stdout); --out FILE is the same\n"
+    "  --quick           --scale 0.0625 --rounds 3 --sweep-reps 1, sweep 4/64/1024 KiB (explicit flags win)\n";
+
+constexpr teardown_bench::command_line kCommandLine{"alloc_matrix", kUsage};
+
+trim_choice trim_function(const std::string& name) {
+  trim_choice c{name, name, nullptr};
+  std::string purge = name;
+  if (name == "native") {
+    const std::string allocator = detected_allocator();
+    purge = allocator == "glibc" ? "malloc_trim" : allocator;
+    c.resolved = purge;
+  }
+  if (name == "default" || name == "off") return c;
+  if (purge == "malloc_trim") {
+    c.fn = &glibc_malloc_trim;
+  } else if (purge == "jemalloc") {
+    if (symbol("mallctl") == nullptr) kCommandLine.usage_error("--trim jemalloc: no mallctl in this process");
+    c.fn = &jemalloc_purge;
+  } else if (purge == "tcmalloc") {
+    if (symbol("MallocExtension_ReleaseFreeMemory") == nullptr)
+      kCommandLine.usage_error("--trim tcmalloc: no MallocExtension_ReleaseFreeMemory in this process");
+    c.fn = &tcmalloc_release;
+  } else if (purge == "mimalloc") {
+    if (symbol("mi_collect") == nullptr) kCommandLine.usage_error("--trim mimalloc: no mi_collect in this process");
+    c.fn = &mimalloc_collect;
+  } else {
+    kCommandLine.usage_error("--trim: unknown \"" + name + "\"");
+  }
+  return c;
+}
+
+options parse_options(int argc, char** argv) {
+  options opts;
+  const auto given = kCommandLine.parse(argc, argv, {"--quick", "--no-sweep", "--no-matrix"});
+  opts.quick = given.has("--quick");
+  opts.sweep = !given.has("--no-sweep");
+  opts.matrix = !given.has("--no-matrix");
+  if (opts.quick) {
+    opts.scale = 0.0625;
+    opts.rounds = 3;
+    opts.sweep_reps = 1;
+    opts.sweep_kib = {4, 64, 1024};
+  }
+  std::vector<std::string> trims{"default"};
+  for (const auto& [name, value] : given.flags) {
+    if (name == "--allocator") {
+      opts.allocator = value;
+    } else if (name == "--scale") {
+      opts.scale = kCommandLine.positive(name, value);
+    } else if (name == "--rounds") {
+      opts.rounds = kCommandLine.count(name, value, kMaxRounds);
+    } else if (name == "--shapes") {
+      opts.shapes = teardown_bench::split_list(value);
+      for (const std::string& s : opts.shapes) {
+        if (s != "vector" && s != "map" && s != "buffers") kCommandLine.usage_error("--shapes: unknown \"" + s + "\"");
+      }
+    } else if (name == "--trim") {
+      trims = teardown_bench::split_list(value);
+    } else if (name == "--sweep-reps") {
+      opts.sweep_reps = kCommandLine.count(name, value, 100);
+    } else if (name == "--json" || name == "--out") {
+      opts.json = value;
+    } else {
+      kCommandLine.usage_error("unknown flag " + name);
+    }
+  }
+  for (const std::string& t : trims) {
+    trim_choice c = trim_function(t);
+    const bool same = std::any_of(opts.trims.begin(), opts.trims.end(), [&](const trim_choice& o) {
+      return o.name == c.name || (c.fn != nullptr && o.fn == c.fn);
+    });
+    if (!same) opts.trims.push_back(std::move(c));
+  }
+  if (opts.allocator.empty()) opts.allocator = detected_allocator();
+  return opts;
+}
+
+// ---- memory readings ----------------------------------------------------------------------
+
+double resident_mib() { return static_cast<double>(teardown::detail::resident_bytes()) / kMiB; }
+
+// Resets the peak resident set (VmHWM) to the current one; false where the kernel refuses.
+bool reset_peak() {
+  const int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = write(fd, "5", 1) == 1;
+  close(fd);
+  return ok;
+}
+
+// VmHWM in MiB, NaN if unreadable.
+double peak_mib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return NAN;
+  char line[256];
+  double kib = NAN;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "VmHWM:", 6) == 0) kib = std::strtod(line + 6, nullptr);
+  }
+  std::fclose(f);
+  return kib / 1024;
+}
+
+// ---- the shapes ---------------------------------------------------------------------------
+
+// How a case frees: inline (plain delete), through the default domain (deferred_delete), or
+// through a domain of its own (deferred_deleter naming it).
+struct free_path {
+  bool deferred = false;
+  teardown::deferred_domain* domain = nullptr;  // null: the default domain
+
+  template <class T>
+  void operator()(T* object) const noexcept {
+    if (!deferred) {
+      delete object;
+    } else if (domain == nullptr) {
+      (void)teardown::deferred_delete(object);
+    } else {
+      teardown::deferred_deleter<T>{*domain}(object);
+    }
+  }
+};
+
+template <class T>
+using owned = std::unique_ptr<T, free_path>;
+
+using big_map = std::unordered_map<std::uint64_t, std::string>;
+using buffer = std::vector<char>;
+
+struct shape_sizes {
+  std::size_t vector_bytes;
+  std::size_t map_entries;
+  std::size_t buffers;
+  std::size_t buffer_bytes = std::size_t{100} << 10;
+};
+
+shape_sizes sizes_for(double scale) {
+  return {static_cast<std::size_t>(scale * static_cast<double>(std::size_t{1} << 30)) & ~std::size_t{4095},
+          std::max<std::size_t>(1, static_cast<std::size_t>(scale * 4'000'000)),
+          std::max<std::size_t>(1, static_cast<std::size_t>(scale * 10'000))};
+}
+
+// One round's garbage of a shape, built (every page written); free() frees it on the caller's
+// path (timed by the caller) and says how many objects were handed over.
+class garbage {
+ public:
+  garbage(const std::string& shape, const shape_sizes& sizes, free_path path) : path_(path) {
+    if (shape == "vector") {
+      vector_ = owned<buffer>(new buffer(sizes.vector_bytes, 'x'), path);
+    } else if (shape == "map") {
+      map_ = owned<big_map>(new big_map, path);
+      map_->reserve(sizes.map_entries);
+      for (std::size_t i = 0; i < sizes.map_entries; ++i) {
+        // 32 characters: beyond the short-string buffer, so every value is a heap block too.
+        map_->emplace(i, std::string(32, static_cast<char>('a' + i % 26)));
+      }
+    } else {
+      buffers_.reserve(sizes.buffers);
+      for (std::size_t i = 0; i < sizes.buffers; ++i) {
+        buffers_.emplace_back(new buffer(sizes.buffer_bytes, 'x'), path);
+      }
+    }
+  }
+
+  std::size_t free() {
+    if (vector_ || map_) {
+      vector_.reset();
+      map_.reset();
+      return 1;
+    }
+    const std::size_t n = buffers_.size();
+    for (owned<buffer>& b : buffers_) b.reset();
+    // The array that held them too: under glibc its free can be the one that merges the freed
+    // buffers into the heap's top and gives them back (brk), which belongs to the free path.
+    std::vector<owned<buffer>>().swap(buffers_);
+    return n;
+  }
+
+ private:
+  free_path path_;
+  owned<buffer> vector_{nullptr, free_path{}};
+  owned<big_map> map_{nullptr, free_path{}};
+  std::vector<owned<buffer>> buffers_;
+};
+
+// ---- a matrix case, in a child ------------------------------------------------------------
+
+struct case_report {
+  int rounds = 0;
+  double free_ms[kMaxRounds] = {};
+  double start_mib = 0;
+  double garbage_mib = 0;
+  double rss_after_mib = 0;
+  double peak_mib = 0;
+  bool peak_is_hwm = false;
+  double caller_cpu_ms = 0;
+  double worker_cpu_ms = 0;
+  double flush_ms = 0;
+  std::uint64_t trims = 0;
+  double trimmed_mib = 0;
+  double trim_cpu_ms = 0;
+  std::uint64_t queued = 0;
+  std::uint64_t handed = 0;
+  std::uint64_t inline_stalled = 0;   // freed inline by the domain: the stall watchdog
+  std::uint64_t inline_rejected = 0;  //   the budget full
+  std::uint64_t inline_other = 0;     //   any other reason
+  char failed[160] = {};
+};
+
+// The domain a deferred case frees through: null (the default domain) for "default"; else one
+// of default_options() on the default domain's worker with this trim.
+std::unique_ptr<teardown::deferred_domain> domain_for(const trim_choice& trim) {
+  if (trim.name == "default") return nullptr;
+  teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
+  opts.worker = teardown::deferred::default_worker();
+  if (trim.fn == nullptr) {
+    opts.trim.after = 0;
+  } else {
+    opts.trim.trim = trim.fn;
+  }
+  return std::make_unique<teardown::deferred_domain>(std::move(opts));
+}
+
+case_report run_case(const std::string& shape, const shape_sizes& sizes, int rounds, const trim_choice* trim) {
+  case_report r;
+  std::unique_ptr<teardown::deferred_domain> own;
+  teardown::deferred_domain* stats_domain = nullptr;
+  free_path path;
+  if (trim != nullptr) {
+    own = domain_for(*trim);
+    path = {true, own.get()};
+    stats_domain = own ? own.get() : &teardown::deferred::default_domain();  // starts the worker
+  }
+  const teardown::deferred_stats before = stats_domain ? stats_domain->stats() : teardown::deferred_stats{};
+  const double worker_before =
+      stats_domain ? static_cast<double>(stats_domain->worker_stats().worker_cpu_ns) / 1e6 : 0.0;
+  r.start_mib = resident_mib();
+  r.peak_is_hwm = reset_peak();
+  double highest = r.start_mib;
+  r.rounds = rounds;
+  for (int round = 0; round < rounds; ++round) {
+    garbage g(shape, sizes, path);
+    const double built = resident_mib();
+    highest = std::max(highest, built);
+    if (round == 0) r.garbage_mib = built - r.start_mib;
+    const double cpu = thread_cpu_ms();
+    const auto start = clock_type::now();
+    r.handed += g.free();
+    r.free_ms[round] = ms_between(start, clock_type::now());
+    r.caller_cpu_ms += thread_cpu_ms() - cpu;
+  }
+  r.peak_mib = r.peak_is_hwm ? peak_mib() : highest;
+  if (stats_domain != nullptr) {
+    const auto flush_start = clock_type::now();
+    stats_domain->flush();
+    r.flush_ms = ms_between(flush_start, clock_type::now());
+    // A trim runs after its batch's last delete, so it may end after the flush: wait for one
+    // (bounded; none comes when none was due, or the trim is off).
+    const std::uint64_t trims_at_flush = stats_domain->stats().trim.trims;
+    const auto give_up = clock_type::now() + std::chrono::milliseconds(300);
+    const bool trims_on = trim == nullptr || trim->name != "off";
+    while (trims_on && stats_domain->stats().trim.trims == trims_at_flush && clock_type::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  r.rss_after_mib = resident_mib() - r.start_mib;
+  if (stats_domain != nullptr) {
+    const teardown::deferred_stats s = stats_domain->stats();
+    r.worker_cpu_ms = static_cast<double>(stats_domain->worker_stats().worker_cpu_ns) / 1e6 - worker_before;
+    r.trims = s.trim.trims - before.trim.trims;
+    r.trimmed_mib = static_cast<double>(s.trim.trimmed_bytes - before.trim.trimmed_bytes) / kMiB;
+    r.trim_cpu_ms = static_cast<double>(s.trim.trim_cpu_ns - before.trim.trim_cpu_ns) / 1e6;
+    r.queued = s.queued - before.queued;
+    r.inline_stalled = s.inline_stalled - before.inline_stalled;
+    r.inline_rejected = s.inline_rejected - before.inline_rejected;
+    r.inline_other = s.inline_total - before.inline_total - r.inline_stalled - r.inline_rejected;
+  }
+  return r;
+}
+
+// Runs `work` in a fresh child of this process and returns the Report it writes back.
+template <class Report, class Work>
+Report in_child(Work work) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe");
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {
+    close(fds[0]);
+    Report r;
+    try {
+      r = work();
+    } catch (const std::exception& e) {
+      std::snprintf(r.failed, sizeof r.failed, "%s", e.what());
+    }
+    const ssize_t wrote = write(fds[1], &r, sizeof r);
+    _exit(wrote == static_cast<ssize_t>(sizeof r) ? 0 : 1);
+  }
+  close(fds[1]);
+  Report r;
+  try {
+    r = teardown_bench::read_child_report<Report>(fds[0], 600'000, "the case's child");
+  } catch (const std::exception& e) {
+    std::snprintf(r.failed, sizeof r.failed, "%s", e.what());
+  }
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  return r;
+}
+
+// ---- a sweep case, in a child -------------------------------------------------------------
+
+constexpr int kSweepRounds = 3;
+
+struct sweep_report {
+  std::size_t objects = 0;
+  double cold_ns_per_object = 0;  // the warm-up round: the child's first frees of this size
+  double ns_per_object[kSweepRounds] = {};
+  char failed[160] = {};
+};
+
+std::size_t sweep_count(std::size_t bytes, double scale) {
+  const double total = scale * 64 * kMiB;
+  return std::clamp<std::size_t>(static_cast<std::size_t>(total / static_cast<double>(bytes)), 32, 16384);
+}
+
+sweep_report run_sweep(std::size_t bytes, std::size_t count, bool deferred) {
+  sweep_report r;
+  r.objects = count;
+  std::unique_ptr<teardown::deferred_domain> own;
+  free_path path;
+  if (deferred) {
+    // The default options but the threshold: every buffer is queued, whatever its size.
+    teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
+    opts.worker = teardown::deferred::default_worker();
+    opts.threshold = 0;
+    own = std::make_unique<teardown::deferred_domain>(std::move(opts));
+    path = {true, own.get()};
+  }
+  std::vector<owned<buffer>> buffers;
+  buffers.reserve(count);
+  for (int round = -1; round < kSweepRounds; ++round) {  // round -1: the untimed warm-up
+    for (std::size_t i = 0; i < count; ++i) buffers.emplace_back(new buffer(bytes, 'x'), path);
+    const auto start = clock_type::now();
+    for (owned<buffer>& b : buffers) b.reset();
+    const double ms = ms_between(start, clock_type::now());
+    buffers.clear();
+    (round >= 0 ? r.ns_per_object[round] : r.cold_ns_per_object) = ms * 1e6 / static_cast<double>(count);
+    if (own) own->flush();
+  }
+  if (own && own->stats().queued < count * (kSweepRounds + 1)) {
+    std::snprintf(r.failed, sizeof r.failed, "only %llu of %zu buffers were queued",
+                  static_cast<unsigned long long>(own->stats().queued), count * (kSweepRounds + 1));
+  }
+  return r;
+}
+
+std::string mode_name(const trim_choice* trim) {
+  if (trim == nullptr) return "inline";
+  if (trim->name == "default") return "deferred";
+  return "deferred+" + trim->name;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options opts = parse_options(argc, argv);
+  try {
+    const std::string detected = detected_allocator();
+    if (opts.allocator != detected) {
+      progress("alloc_matrix: --allocator %s, but the process runs %s (by its symbols)\n", opts.allocator.c_str(),
+               detected.c_str());
+    }
+    const shape_sizes sizes = sizes_for(opts.scale);
+    const auto started = clock_type::now();
+    std::vector<json_object> rows;
+    std::vector<std::string> table;
+    if (opts.matrix) {
+      for (const std::string& shape : opts.shapes) {
+        // Inline first, then each deferred mode, so that the modes of a shape run side by side.
+        std::vector<const trim_choice*> modes{nullptr};
+        for (const trim_choice& t : opts.trims) modes.push_back(&t);
+        double inline_free = NAN;
+        double inline_peak = NAN;
+        double inline_cpu = NAN;
+        for (const trim_choice* trim : modes) {
+          const std::string mode = mode_name(trim);
+          progress("%s %s %s: ", opts.allocator.c_str(), shape.c_str(), mode.c_str());
+          const case_report r =
+              in_child<case_report>([&] { return run_case(shape, sizes, opts.rounds, trim); });
+          const summary free_ms = summarize(std::vector<double>(r.free_ms, r.free_ms + r.rounds));
+          const double limit = 0.05 * r.garbage_mib + 16;
+          // The CPU the frees took: the caller's inline; deferred, the reaper's and the caller's
+          // (its hand-overs, and what the domain chose to free inline after all).
+          const double cpu = trim == nullptr ? r.caller_cpu_ms : r.worker_cpu_ms + r.caller_cpu_ms;
+          if (trim == nullptr) {
+            inline_free = free_ms.median;
+            inline_peak = r.peak_mib;
+            inline_cpu = cpu;
+          }
+          const std::string queued =
+              trim == nullptr ? std::string()
+                              : strprintf(", %llu of %llu queued (inline: %llu stalled, %llu budget, %llu other)",
+                                          static_cast<unsigned long long>(r.queued),
+                                          static_cast<unsigned long long>(r.handed),
+                                          static_cast<unsigned long long>(r.inline_stalled),
+                                          static_cast<unsigned long long>(r.inline_rejected),
+                                          static_cast<unsigned long long>(r.inline_other));
+          progress("free %.3f ms, garbage %.0f MiB, RSS after %.0f MiB, peak %.0f MiB, CPU %.0f ms%s%s%s\n",
+                   free_ms.median, r.garbage_mib, r.rss_after_mib, r.peak_mib, cpu, queued.c_str(),
+                   r.failed[0] != '\0' ? ", failed: " : "", r.failed);
+          json_object row;
+          row.set("part", "matrix").set("allocator", opts.allocator).set("shape", shape).set("mode", mode)
+              .set("trim", trim == nullptr ? std::string("none") : trim->resolved).set("rounds", r.rounds)
+              .set("objects_per_round", static_cast<std::uint64_t>(r.handed / std::max(1, r.rounds)))
+              .set("free_ms", free_ms).set("start_mib", r.start_mib).set("garbage_mib", r.garbage_mib)
+              .set("rss_after_mib", r.rss_after_mib).set("rss_limit_mib", limit).set("peak_mib", r.peak_mib)
+              .set("peak_is_vmhwm", r.peak_is_hwm).set("caller_cpu_ms", r.caller_cpu_ms)
+              .set("worker_cpu_ms", r.worker_cpu_ms).set("flush_ms", r.flush_ms).set("trims", r.trims)
+              .set("trimmed_mib", r.trimmed_mib).set("trim_cpu_ms", r.trim_cpu_ms).set("cpu_ms", cpu)
+              .set("handed_over", r.handed).set("queued", r.queued).set("inline_stalled", r.inline_stalled)
+              .set("inline_rejected", r.inline_rejected).set("inline_other", r.inline_other);
+          if (r.failed[0] != '\0') row.set("failed", r.failed);
+          rows.push_back(std::move(row));
+          table.push_back(strprintf("%-8s %-8s %-20s %10.3f %8.2f %8.0f %8.0f %7.0f %8.0f %6.2f %8.0f %6.2f %5llu",
+                                    opts.allocator.c_str(), shape.c_str(), mode.c_str(), free_ms.median,
+                                    free_ms.median / inline_free, r.garbage_mib, r.rss_after_mib, limit, r.peak_mib,
+                                    r.peak_mib / inline_peak, cpu, cpu / inline_cpu,
+                                    static_cast<unsigned long long>(r.trims)));
+        }
+      }
+    }
+    std::vector<std::string> sweep_table;
+    if (opts.sweep) {
+      for (const int kib : opts.sweep_kib) {
+        const std::size_t bytes = static_cast<std::size_t>(kib) << 10;
+        const std::size_t count = sweep_count(bytes, opts.scale);
+        std::vector<double> warm[2];
+        std::vector<double> cold[2];
+        std::string failed;
+        for (int rep = 0; rep < opts.sweep_reps; ++rep) {
+          for (const bool deferred : {false, true}) {  // interleaved: inline, deferred, inline, ...
+            const sweep_report r = in_child<sweep_report>([&] { return run_sweep(bytes, count, deferred); });
+            warm[deferred].insert(warm[deferred].end(), r.ns_per_object, r.ns_per_object + kSweepRounds);
+            cold[deferred].push_back(r.cold_ns_per_object);
+            if (r.failed[0] != '\0') failed = r.failed;
+          }
+        }
+        const summary in = summarize(warm[0]);
+        const summary de = summarize(warm[1]);
+        const summary in_cold = summarize(cold[0]);
+        const summary de_cold = summarize(cold[1]);
+        progress("%s sweep %d KiB x %zu: warm inline %.0f ns, deferred %.0f ns; cold inline %.0f ns, deferred %.0f ns"
+                 " per object%s%s\n", opts.allocator.c_str(), kib, count, in.median, de.median, in_cold.median,
+                 de_cold.median, failed.empty() ? "" : ", failed: ", failed.c_str());
+        for (const bool deferred : {false, true}) {
+          json_object row;
+          row.set("part", "sweep").set("allocator", opts.allocator).set("size_kib", kib)
+              .set("mode", deferred ? "deferred" : "inline").set("objects", static_cast<std::uint64_t>(count))
+              .set("ns_per_object", deferred ? de : in).set("cold_ns_per_object", deferred ? de_cold : in_cold);
+          if (!failed.empty()) row.set("failed", failed);
+          rows.push_back(std::move(row));
+        }
+        sweep_table.push_back(strprintf("%-8s %8d %7zu %12.0f %8.0f %7.2f %12.0f %8.0f %7.2f", opts.allocator.c_str(),
+                                        kib, count, in.median, de.median, de.median / in.median, in_cold.median,
+                                        de_cold.median, de_cold.median / in_cold.median));
+      }
+    }
+    const double seconds = ms_between(started, clock_type::now()) / 1e3;
+    json_object config;
+    std::string trims;
+    for (const trim_choice& t : opts.trims) trims += (trims.empty() ? "" : ",") + t.name;
+    config.set("allocator", opts.allocator).set("allocator_detected", detected).set("scale", opts.scale)
+        .set("rounds", opts.rounds).set("vector_bytes", static_cast<std::uint64_t>(sizes.vector_bytes))
+        .set("map_entries", static_cast<std::uint64_t>(sizes.map_entries))
+        .set("buffers", static_cast<std::uint64_t>(sizes.buffers))
+        .set("buffer_bytes", static_cast<std::uint64_t>(sizes.buffer_bytes)).set("trims", trims)
+        .set("sweep_reps", opts.sweep_reps).set("sweep_rounds_per_child", kSweepRounds).set("quick", opts.quick)
+        .set("default_threshold", static_cast<std::uint64_t>(teardown::deferred_domain::default_threshold))
+        .set("default_trim_after", static_cast<std::uint64_t>(teardown::deferred_domain::default_trim_after))
+        .set("ld_preload", std::getenv("LD_PRELOAD") != nullptr ? std::getenv("LD_PRELOAD") : "")
+        .set("seconds", seconds);
+    const std::string json =
+        teardown_bench::rows_document("alloc_matrix", teardown_bench::machine_object(), config, rows);
+    if (!teardown_bench::write_document("alloc_matrix", opts.json, json)) return 1;
+    if (!table.empty()) {
+      progress("\nalloc    shape    mode                 free ms  /inline  garbage RSS-aft   limit     peak  /inl"
+               "   CPU ms  /inl trims\n");
+      for (const std::string& line : table) progress("%s\n", line.c_str());
+    }
+    if (!sweep_table.empty()) {
+      progress("\nalloc    size KiB objects  warm: inline deferred def/inl  cold: inline deferred def/inl"
+               " (ns/object)\n");
+      for (const std::string& line : sweep_table) progress("%s\n", line.c_str());
+    }
+    progress("%.0f s\n", seconds);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "alloc_matrix: %s\n", e.what());
+    return 1;
+  }
+}
