@@ -458,32 +458,7 @@ case_report run_case(const std::string& shape, const shape_sizes& sizes, int rou
 // Runs `work` in a fresh child of this process and returns the Report it writes back.
 template <class Report, class Work>
 Report in_child(Work work) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe");
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork");
-  if (pid == 0) {
-    close(fds[0]);
-    Report r;
-    try {
-      r = work();
-    } catch (const std::exception& e) {
-      std::snprintf(r.failed, sizeof r.failed, "%s", e.what());
-    }
-    const ssize_t wrote = write(fds[1], &r, sizeof r);
-    _exit(wrote == static_cast<ssize_t>(sizeof r) ? 0 : 1);
-  }
-  close(fds[1]);
-  Report r;
-  try {
-    r = teardown_bench::read_child_report<Report>(fds[0], 600'000, "the case's child");
-  } catch (const std::exception& e) {
-    std::snprintf(r.failed, sizeof r.failed, "%s", e.what());
-  }
-  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  return r;
+  return teardown_bench::in_child<Report>(work, 600'000);
 }
 
 // ---- a sweep case, in a child -------------------------------------------------------------

@@ -350,6 +350,39 @@ Report read_child_report(int fd, int timeout_ms, const char* who) {
   return report;
 }
 
+// Runs `work` in a fresh fork()ed child of this process and returns the Report (a plain struct
+// with a `char failed[]` message) it writes back; a child that throws, dies or takes longer
+// than `timeout_ms` comes back as a Report whose `failed` says so.
+template <class Report, class Work>
+Report in_child(Work work, int timeout_ms) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe");
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {
+    close(fds[0]);
+    Report r;
+    try {
+      r = work();
+    } catch (const std::exception& e) {
+      std::snprintf(r.failed, sizeof r.failed, "%s", e.what());
+    }
+    const ssize_t wrote = write(fds[1], &r, sizeof r);
+    _exit(wrote == static_cast<ssize_t>(sizeof r) ? 0 : 1);
+  }
+  close(fds[1]);
+  Report r;
+  try {
+    r = read_child_report<Report>(fds[0], timeout_ms, "the case's child");
+  } catch (const std::exception& e) {
+    std::snprintf(r.failed, sizeof r.failed, "%s", e.what());
+  }
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  return r;
+}
+
 // Writes the JSON to stdout, or to `path` if there is one; false (and a line on stderr saying
 // why) if the file could not be written.
 inline bool write_document(const char* program, const std::string& path, const std::string& json) {

@@ -154,32 +154,7 @@ case_report run_case(std::size_t object_bytes, std::size_t count, mode m) {
 }
 
 case_report in_child(std::size_t object_bytes, std::size_t count, mode m) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe");
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork");
-  if (pid == 0) {
-    close(fds[0]);
-    case_report r;
-    try {
-      r = run_case(object_bytes, count, m);
-    } catch (const std::exception& e) {
-      std::snprintf(r.failed, sizeof r.failed, "%s", e.what());
-    }
-    const ssize_t wrote = write(fds[1], &r, sizeof r);
-    _exit(wrote == static_cast<ssize_t>(sizeof r) ? 0 : 1);
-  }
-  close(fds[1]);
-  case_report r;
-  try {
-    r = teardown_bench::read_child_report<case_report>(fds[0], 300'000, "the case's child");
-  } catch (const std::exception& e) {
-    std::snprintf(r.failed, sizeof r.failed, "%s", e.what());
-  }
-  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  return r;
+  return teardown_bench::in_child<case_report>([&] { return run_case(object_bytes, count, m); }, 300'000);
 }
 
 }  // namespace

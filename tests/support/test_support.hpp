@@ -34,6 +34,19 @@ inline constexpr bool under_sanitizer = false;
 inline constexpr bool under_sanitizer = false;
 #endif
 
+// True under ThreadSanitizer alone (its munmap interceptor, for one, crashes on a non-user address).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool under_thread_sanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool under_thread_sanitizer = true;
+#else
+inline constexpr bool under_thread_sanitizer = false;
+#endif
+#else
+inline constexpr bool under_thread_sanitizer = false;
+#endif
+
 // A stress-test size: n normally, about a tenth of it (at least 1) under a sanitizer, which
 // slows every atomic and memory access by an order of magnitude. Fewer objects per run also
 // make races surface sooner (crossbeam does the same).

@@ -23,18 +23,13 @@
 #include "teardown/allocator_trim.hpp"
 #include "teardown/deferred.hpp"
 
+#include "test_support.hpp"
+
 namespace teardown_test {
 namespace {
 
 using namespace std::chrono_literals;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define TEARDOWN_TEST_SANITIZED_HEAP 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define TEARDOWN_TEST_SANITIZED_HEAP 1
-#endif
-#endif
 
 // The allocator LD_PRELOAD names (tests/CMakeLists.txt preloads one Debian library at a time),
 // else glibc's (none under a sanitizer).
@@ -44,10 +39,9 @@ std::string expected_allocator() {
   for (const char* allocator : {"jemalloc", "tcmalloc", "mimalloc"}) {
     if (preload.find(allocator) != std::string::npos) return allocator;
   }
-#if defined(TEARDOWN_TEST_SANITIZED_HEAP)
-  return "other";
-#elif defined(__GLIBC__)
-  return "glibc";
+#if defined(__GLIBC__)
+  // A sanitizer's allocator serves malloc under ASan and TSan.
+  return teardown_test::under_sanitizer ? "other" : "glibc";
 #else
   return "other";
 #endif

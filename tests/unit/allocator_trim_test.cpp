@@ -28,6 +28,8 @@
 #include "teardown/async_teardown.hpp"
 #include "teardown/deferred.hpp"
 
+#include "test_support.hpp"
+
 namespace teardown_test {
 namespace {
 
@@ -295,21 +297,14 @@ TEST_F(AllocatorTrimTest, ATrimThatCouldCallNothingIsNotCounted) {
   EXPECT_EQ(trimmer.stats().trim_cpu_ns, 0u);
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define TEARDOWN_TEST_SANITIZED_HEAP 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define TEARDOWN_TEST_SANITIZED_HEAP 1
-#endif
-#endif
 
 // Freed 64 KiB blocks between live small ones: glibc keeps them (none ends the heap), and only a
 // trim gives their pages back; the same holds, with the allocator's own purge, under jemalloc and
 // tcmalloc (the alloc_* runs).
 TEST_F(AllocatorTrimTest, TheSystemTrimGivesAFragmentedHeapsFreePagesBack) {
-#if defined(TEARDOWN_TEST_SANITIZED_HEAP)
-  GTEST_SKIP() << "the sanitizer's allocator serves malloc here: glibc's malloc_trim has no heap of ours to trim";
-#else
+  if (teardown_test::under_sanitizer) {
+    GTEST_SKIP() << "the sanitizer's allocator serves malloc here: glibc's malloc_trim has no heap of ours to trim";
+  }
   if (teardown::detect_allocator() == teardown::allocator_kind::other) {
     GTEST_SKIP() << "no purge known for this allocator: the default trim calls nothing";
   }
@@ -340,7 +335,6 @@ TEST_F(AllocatorTrimTest, TheSystemTrimGivesAFragmentedHeapsFreePagesBack) {
   ASSERT_GE(s.trim.trims, 1u);
   EXPECT_GT(s.trim.trimmed_bytes, std::uint64_t{16} << 20)
       << "the resident set dropped by less than a quarter of the 64 MiB freed";
-#endif
 }
 
 }  // namespace

@@ -54,17 +54,7 @@ namespace trace = teardown::trace;
 
 constexpr std::uint64_t mib = std::uint64_t{1} << 20;
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool under_thread_sanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool under_thread_sanitizer = true;
-#else
-constexpr bool under_thread_sanitizer = false;
-#endif
-#else
-constexpr bool under_thread_sanitizer = false;
-#endif
+using teardown_test::under_thread_sanitizer;
 
 std::size_t page() { return teardown::detail::page_size(); }
 

@@ -57,17 +57,7 @@ constexpr std::uint64_t kib = 1024;
 constexpr std::uint64_t mib = 1024 * kib;
 constexpr const char* reaper_name = "deferred_test";  // the explicit domains' reaper
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool under_thread_sanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool under_thread_sanitizer = true;
-#else
-constexpr bool under_thread_sanitizer = false;
-#endif
-#else
-constexpr bool under_thread_sanitizer = false;
-#endif
+using teardown_test::under_thread_sanitizer;
 
 class DeferredTest : public ::testing::Test {
  private:
