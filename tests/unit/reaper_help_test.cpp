@@ -210,6 +210,48 @@ TEST(ReaperHelpTest, AHelperTakesTheUnstartedHalfOfTheWorkersBatch) {
   EXPECT_EQ(reaper.stats().helped, on_flusher.load());
 }
 
+// What a helper tore down gets the worker's batch-end work (a composition's allocator trim):
+// here the helper's last item waits until the worker has run its own batch's after_batch and
+// gone to sleep; the help then asks for one more, which the sleeping worker makes.
+TEST(ReaperHelpTest, TheWorkerRunsAfterBatchForWhatAHelperTookDown) {
+  hang_guard guard(current_test_name());
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  std::atomic<int> after_batch_calls{0};
+  std::atomic<std::size_t> helped_so_far{0};
+  std::atomic<pid_t> worker_tid{0};
+  std::vector<traced_job> jobs(9);
+  for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].id = i;
+  traced_fn fn = [&](traced_job& j) {
+    if (j.id == 0) {
+      worker_tid.store(current_tid());
+      started.store(true);
+      release.wait();
+    } else if (j.id == jobs.size() - 1) {
+      // The flush's last item: the worker has finished its batch and sleeps.
+      while (after_batch_calls.load() == 0) std::this_thread::sleep_for(50us);
+      wait_until_asleep(worker_tid.load());
+    } else {
+      helped_so_far.fetch_add(1);
+    }
+    j.runs.fetch_add(1, std::memory_order_relaxed);
+  };
+  reaper_options opts = helping_options();
+  opts.after_batch = [&] { after_batch_calls.fetch_add(1); };
+  traced_reaper reaper(fn, opts);
+  reaper.enqueue(jobs[0]);
+  wait_until(started);
+  for (std::size_t i = 1; i < jobs.size(); ++i) reaper.enqueue(jobs[i]);
+  std::thread flusher([&] { reaper.flush(); });
+  ASSERT_TRUE(eventually([&] { return helped_so_far.load() == jobs.size() - 2; })) << "the flush never helped";
+  release.count_down();  // the worker ends its batch: after_batch once, then sleeps
+  flusher.join();
+  EXPECT_EQ(exactly_once(jobs), jobs.size());
+  EXPECT_EQ(reaper.stats().helped, jobs.size() - 1);
+  EXPECT_TRUE(eventually([&] { return after_batch_calls.load() == 2; }, 20s))
+      << "after_batch ran " << after_batch_calls.load() << " time(s): not for what the helper tore down";
+}
+
 // In a pool every worker's flush helps with its own queue.
 TEST(ReaperHelpTest, APoolFlushHelpsEachWorker) {
   hang_guard guard(current_test_name());

@@ -157,6 +157,7 @@ inline bool reaper<T, Hook, Fn, Queue>::help_round(std::unique_lock<mutex_type>&
   const std::size_t helped = reap_on_caller([](T&) noexcept { return true; });
   if (helped != 0) {
     helped_.fetch_add(helped, std::memory_order_relaxed);
+    request_after_batch();  // the batch-end work (a composition's trim) for what this freed, on the worker
     // The work ran at the waiter's priority: a boost of the work, by moving it.
     const int worker_nice = nice();
     trace::boost(detail::this_thread_tid(), worker_nice, detail::calling_thread_nice().value_or(worker_nice),
