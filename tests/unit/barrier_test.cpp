@@ -568,6 +568,50 @@ TEST_F(BarrierTest, FlushAfterStopWaitsForAnotherSettlersDrain) {
   EXPECT_EQ(first.join(), 1);
 }
 
+// A settler that gives up (flush_for after stop, at its deadline) has flipped the hand side
+// while a producer's inline drain still holds X, whose own enqueue has returned. The next
+// settler flips back: it must still wait for that hand, counted before its drain, rather than
+// only for the side its own flip retired (it returned with X still in fn).
+TEST_F(BarrierTest, ASettlerAfterOneThatGaveUpStillWaitsForTheOlderHand) {
+  pause_point x_in_fn;
+  teardown::reaper<job, &job::hook, job_fn, add_pausing_queue> reaper([&](job& j) {
+    if (j.id == 1) x_in_fn.arrive_and_wait();
+    j.runs.fetch_add(1);
+  });
+  job x;
+  x.id = 1;
+  job y;
+  y.id = 2;
+  pause_point before_add;
+  pause_point after_add;
+  std::function<void()> pause_before = [&] { before_add.arrive_and_wait(); };
+  std::function<void()> pause_after = [&] { after_add.arrive_and_wait(); };
+  std::thread x_producer([&] {
+    pause_before_add = &pause_before;
+    pause_after_add = &pause_after;
+    reaper.enqueue(x);
+  });
+  before_add.wait_for_arrival();
+  reaper.stop();  // the worker ends before X is on the queue
+  before_add.release();
+  after_add.wait_for_arrival();  // X queued, its kick paused
+  std::thread y_producer([&] { reaper.enqueue(y); });  // Y inline, then its drain (a hand) takes X
+  x_in_fn.wait_for_arrival();
+  after_add.release();
+  x_producer.join();  // X's enqueue has returned; X is in Y's producer's hands
+  EXPECT_FALSE(reaper.flush_for(1ms)) << "the first settler gives up, its flip made";
+  blocking_call second([&] {
+    reaper.flush();
+    return x.runs.load();
+  });
+  second.wait_until_returned_or_asleep();
+  x_in_fn.release();
+  EXPECT_EQ(second.join(), 1) << "flush() returned while an older hand still tore X down";
+  y_producer.join();
+  EXPECT_EQ(x.runs.load(), 1);
+  EXPECT_EQ(y.runs.load(), 1);
+}
+
 // ---- fork while fn calls into a reaper ------------------------------------------------------------
 
 // Forks on another thread while a worker is paused in fn at `in_fn`, waits until that fork()

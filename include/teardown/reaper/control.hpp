@@ -295,9 +295,23 @@ inline bool reaper<T, Hook, Fn, Queue>::settle_after_stop(typename clock_type::t
     }
   }
   drain_inline();
+  constexpr std::uint64_t side0_mask = 0xffffffffu;
+  constexpr std::uint64_t side1_mask = std::uint64_t{0x7fffffff} << 32;
+  // Hands still open on the side this flip makes current again: a settler before us flipped
+  // and gave up at its deadline while they were open. They are older than our drain, so we
+  // wait for them first; no new hand joins that side until we flip, so this wait ends.
+  // (Flipping first would mix them with new hands, and we would wait only for the other side.)
+  // relaxed: only settlers flip, one at a time under settle_mutex_, which we hold.
+  const bool current_side = (inline_hands_.load(std::memory_order_relaxed) & hand_side_bit) != 0;
+  if (!await_no_hands(current_side ? side0_mask : side1_mask, deadline)) return false;
   // acq_rel: pairs with open_hand (see there).
   const std::uint64_t before = inline_hands_.fetch_xor(hand_side_bit, std::memory_order_acq_rel);
-  const std::uint64_t side_mask = (before & hand_side_bit) != 0 ? (std::uint64_t{0x7fffffff} << 32) : 0xffffffffu;
+  return await_no_hands((before & hand_side_bit) != 0 ? side1_mask : side0_mask, deadline);
+}
+
+template <class T, llist_node T::*Hook, class Fn, class Queue>
+inline bool reaper<T, Hook, Fn, Queue>::await_no_hands(std::uint64_t side_mask,
+                                                       typename clock_type::time_point deadline) {
   // acquire: pairs with close_hand's release decrement.
   for (unsigned spins = 0; (inline_hands_.load(std::memory_order_acquire) & side_mask) != 0; ++spins) {
     if (clock_type::now() >= deadline) return false;

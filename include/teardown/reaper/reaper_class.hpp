@@ -434,9 +434,12 @@ class reaper final : private detail::fork_participant {
 
   // After the worker ended (or in a fork child): waits for every reap_on_caller in progress,
   // tears down what is queued, then waits out every hand counted before that. Flushers take
-  // turns from their drain on, so each flip leaves only older hands on the side waited for.
-  // False: the deadline passed first.
+  // turns from their drain on, so each flip leaves only older hands on the side waited for;
+  // hands that a settler which gave up at its deadline left on the other side are waited out
+  // before the flip. False: the deadline passed first.
   bool settle_after_stop(typename clock_type::time_point deadline);
+  // Waits until no hand is counted on the side(s) `side_mask` covers; false at the deadline.
+  bool await_no_hands(std::uint64_t side_mask, typename clock_type::time_point deadline);
 
   // Under control_mutex_: tell the worker to look at the requests.
   void request_locked() noexcept { control_requested_.store(true, std::memory_order_relaxed); }

@@ -85,6 +85,19 @@ plants = {
                     "    std::size_t helped = 0;\n"
                     "    for (T& item : take_queue(false, true)) { tear_down_inline(item); ++helped; }",
                     'HelpScheduleTest.*', 'reaper_help_schedule_test'),
+ 'thaw_wakes_one': (CONTROL, "  --freeze_depth_;\n  control_changed_.notify_all();",
+                    "  --freeze_depth_;\n  control_changed_.notify_one();",
+                    'CompositionScheduleTest.ThawWakes*', 'composition_schedule_test'),
+ # caught only with spurious wake-ups (TEARDOWN_SCHEDULE_SPURIOUS=0 misses it):
+ 'flush_waits_once': (CONTROL,
+                      "    control_changed_.wait(lock, done);\n"
+                      "  } else if (!control_changed_.wait_until(lock, deadline, done)) {\n"
+                      "    return false;\n  }\n  if (ticket != 0",
+                      "    if (!done()) control_changed_.wait(lock);\n"
+                      "  } else if (!control_changed_.wait_until(lock, deadline, done)) {\n"
+                      "    return false;\n  }\n  if (ticket != 0", 'ScheduleTest.FlushIsABarrierBesideReapOnCaller'),
+ 'settle_skips_stale_side': (CONTROL, "  if (!await_no_hands(current_side ? side0_mask : side1_mask, deadline)) return false;",
+                             "  (void)current_side;", 'BarrierTest.ASettlerAfterOneThatGaveUp*', 'barrier_test'),
  'emit_twice': (T, "if (fn == nullptr || std::find(called.begin(), called.begin() + calls, fn) != "
                 "called.begin() + calls) continue;", "if (fn == nullptr) continue;", 'ScheduleTest.OneEmit*'),
 }
