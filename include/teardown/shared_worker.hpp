@@ -72,12 +72,11 @@
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/reaper_pool.hpp"
+#include "teardown/reaper_pool/workers.hpp"  // the Workers policies (one_reaper, reaper_pool_workers)
 #include "teardown/sync.hpp"
 #include "teardown/trace.hpp"
 
 namespace teardown {
-
-struct one_reaper;
 
 namespace detail {
 
@@ -237,5 +236,3 @@ class shared_worker final : public shared_worker_base {
 };
 
 }  // namespace teardown
-
-#include "teardown/async_teardown/workers.hpp"  // the Workers policies (one_reaper, reaper_pool_workers)

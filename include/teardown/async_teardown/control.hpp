@@ -21,8 +21,8 @@
 #include <string>
 #include <type_traits>
 
-#include "teardown/async_teardown/workers.hpp"
 #include "teardown/reaper.hpp"
+#include "teardown/reaper_pool/workers.hpp"
 #include "teardown/sync.hpp"
 
 namespace teardown::detail {

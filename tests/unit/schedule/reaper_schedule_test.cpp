@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -33,6 +34,7 @@ struct item {
   std::atomic<int> runs{0};         // plain atomics: the test's own bookkeeping, not a point
   std::atomic<bool> enqueued{false};  // its enqueue returned
   std::atomic<bool> taken{false};     // a recorded_queue's take took it
+  std::atomic<int> taker{-1};         // the thread whose take took it last (a taker_queue's)
   int id = 0;
 };
 
@@ -319,14 +321,42 @@ TEST(ScheduleTest, FlushOverAShardedQueueSeesEveryShard) {
 }
 
 // A pool: flush rounds over two workers while an idle one steals queued items or the held rest
-// of a sibling's batch (a slow item: its fn yields). Each flush covers its caller's items
-// wherever they went; nothing runs twice.
+// of a sibling's batch (a slow item: its fn yields, and virtual time passes while it does, so a
+// watching sibling's sleep ends and steal_after ripens). Each flush covers its caller's items
+// wherever they went; nothing runs twice. The queues record which thread's take took each item:
+// one torn down on another thread came out of a held batch (a queue steal takes through a take
+// of its own), and some runs must have one.
+struct taker_queue : sharded_queue {
+  taker_queue() = default;  // not an aggregate: sharded_llist's constructor is explicit
+  static teardown::llist_batch<item, &item::node> record(teardown::llist_batch<item, &item::node> taken) noexcept {
+    teardown::llist_chain<item, &item::node> chain;  // as in recorded_queue below: the same batch back
+    while (item* x = taken.pop_front()) {
+      x->taker.store(sched::detail::self, std::memory_order_relaxed);
+      chain.push_back(*x);
+    }
+    teardown::llist<item, &item::node> shape;
+    (void)shape.add_batch(std::move(chain));
+    return shape.del_all();
+  }
+  teardown::llist_batch<item, &item::node> del_all() noexcept { return record(sharded_queue::del_all()); }
+  teardown::llist_batch<item, &item::node> del_all_sweep() noexcept { return record(sharded_queue::del_all_sweep()); }
+};
+std::atomic<int> held_steals{0};
+struct count_runs_and_held {
+  void operator()(item& x) const noexcept {
+    if (x.taker.load(std::memory_order_relaxed) != sched::detail::self) held_steals.fetch_add(1);
+    count_runs{}(x);
+  }
+};
+
 TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
-  const auto result = sched::explore({.name = "pool steal/flush", .schedules = schedules}, [] {
+  std::uint64_t runs_with_held_steals = 0;
+  const auto result = sched::explore({.name = "pool steal/flush", .schedules = schedules}, [&] {
     std::vector<item> all = items(4);
+    held_steals.store(0);
     {
-      teardown::reaper_pool<item, &item::node, count_runs, sharded_queue> pool(
-          count_runs{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = quiet()});
+      teardown::reaper_pool<item, &item::node, count_runs_and_held, taker_queue> pool(
+          count_runs_and_held{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = quiet()});
       sched::thread producer([&] {
         enqueue_each(pool, all, 0, 3);
         pool.flush();
@@ -337,8 +367,14 @@ TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
       sched::check(all[3].runs.load(std::memory_order_relaxed) == 1, "pool flush returned before item 3 was torn down");
     }
     expect_once_each(all, "after the pool's end");
+    if (held_steals.load() != 0) ++runs_with_held_steals;
   });
   expect_explored(result, expected_runs(schedules));
+  std::fprintf(stderr, "pool steal/flush: %llu runs stole a held batch\n",
+               static_cast<unsigned long long>(runs_with_held_steals));
+  if (result.runs >= 100) {
+    EXPECT_GT(runs_with_held_steals, 0u) << "no run took the held path (steal_held)";
+  }
 }
 
 // The stall watchdog: while the item in fn blocks, an item left on the queue behind it makes

@@ -21,12 +21,24 @@
 //
 // How a run goes. explore starts thread 0 on the scenario; threads it starts (schedule::thread,
 // and a reaper's worker through sync::start_thread) join the run. At each point the strategy
-// picks among the runnable threads. When none is runnable, the earliest timed wait (a sleep, a
-// futex or condition wait with a limit) times out and the virtual clock jumps to its deadline;
-// time moves no other way, so polls and boosts come exactly where a schedule puts them. No
-// thread runnable and none waiting with a limit is a deadlock: the run is reported as failed,
-// with its name, and the process aborts (the blocked threads cannot be unwound). A run that
-// passes max_steps is reported as failed too, and its threads are let run freely to their end.
+// picks among the runnable threads. No thread runnable and none waiting with a limit is a
+// deadlock: the run is reported as failed, with its name, and the process aborts (the blocked
+// threads cannot be unwound). A run that passes max_steps is reported as failed too, and its
+// threads are let run freely to their end.
+//
+// Time is virtual (clock, sync::now_ns). It moves on by yield_ns at each yield: a spinning
+// thread spends time, so a timed wait (a sleep, a futex or condition wait with a limit) ends
+// once the yields of others have carried the clock to its deadline. When no thread is runnable,
+// or the only runnable one yields, the clock jumps to the earliest deadline of a timed wait,
+// which ends; a wait whose deadline has already passed ends at the next pick. Time moves no other
+// way: atomics, locks and reads of the clock take none, so polls, boosts and a pool's steal_after
+// come where a schedule puts them.
+//
+// Wake-ups. A wake of one thread (futex_wake_one, notify_one, an unlock) wakes whichever waiter
+// the schedule picks (uniformly under pct and random, every choice under exhaustive), not the
+// longest waiting. Under pct and random, at each pick with probability spurious_per_mille / 1000
+// a thread in a futex or condition wait wakes spuriously, as the Sync contract allows: a wait
+// must re-check its condition. A sleep, a join and a run in which every thread waits never do.
 //
 // Strategies
 //   pct          probabilistic concurrency testing: random thread priorities, the running
@@ -40,7 +52,9 @@
 //
 // Environment: TEARDOWN_SCHEDULES=N runs N schedules per explore instead of the test's count;
 // TEARDOWN_SCHEDULE_REPLAY=<name> (as printed: "pct:17", "random:3", "exhaustive:0.2.1") runs
-// that one schedule; TEARDOWN_SCHEDULE_TRACE=1 prints every switch of the runs.
+// that one schedule; TEARDOWN_SCHEDULE_TRACE=1 prints every switch of the runs;
+// TEARDOWN_SCHEDULE_SPURIOUS=N and TEARDOWN_SCHEDULE_YIELD_NS=N set spurious_per_mille and
+// yield_ns.
 #pragma once
 
 #include <pthread.h>
@@ -87,6 +101,9 @@ struct explore_options {
   int preemption_bound = 2;           // exhaustive
   std::uint64_t max_steps = 200'000;  // a run longer than this fails (livelock)
   std::uint64_t seed = 1;             // pct, random: run i uses seed + i
+  std::uint64_t yield_ns = 1'000;     // virtual time a yield takes (see "Time" in the header)
+  int spurious_per_mille = 5;         // pct, random: the chance at each pick that a futex or
+                                      // condition waiter is woken spuriously (0: never)
 };
 
 struct explore_result {
@@ -117,6 +134,7 @@ struct thread_slot {
   const void* waiting_on = nullptr;    // the word a blocked thread waits on; nullptr: a sleep
   std::uint64_t deadline = no_deadline;
   bool timed_out = false;
+  bool may_wake_spuriously = false;    // a futex or condition wait (not a sleep, a join or a yield)
   double priority = 0;                 // pct
   pthread_t os_thread{};
 };
@@ -132,7 +150,8 @@ class scheduler {
  public:
   scheduler(const explore_options& opts, strategy kind, std::uint64_t seed, std::vector<std::size_t> forced,
             std::uint64_t expected_steps, bool trace)
-      : opts_(opts), kind_(kind), rng_(seed), forced_(std::move(forced)), trace_(trace) {
+      : opts_(opts), kind_(kind), rng_(seed), aux_rng_(seed ^ 0x9e3779b97f4a7c15ull), forced_(std::move(forced)),
+        trace_(trace) {
     if (kind_ == strategy::pct) {
       std::uniform_int_distribution<std::uint64_t> step(1, std::max<std::uint64_t>(expected_steps, 1));
       for (int i = 1; i < opts_.pct_depth; ++i) change_points_.push_back(step(rng_));
@@ -203,52 +222,64 @@ class scheduler {
     hand_to(next, self, /*wait=*/true);
   }
 
-  // A yield (a spin loop's): the next step goes to another runnable thread if there is one
-  // (the highest under PCT), so a spinner of high priority cannot starve the thread it waits
-  // for, and priorities stay as PCT set them.
+  // A yield (a spin loop's): the clock moves on by yield_ns (a spinning thread spends time), and
+  // the next step goes to another runnable thread if there is one (the highest under PCT), so a
+  // spinner of high priority cannot starve the thread it waits for, and priorities stay as PCT
+  // set them. With none runnable but a timed wait, the clock jumps to its deadline (the spinner
+  // waits for time to pass, as every thread would); with neither, the yield returns.
   void yield(int self) {
     if (free_run()) return;
     ++steps_;
+    advance(opts_.yield_ns);
     thread_slot& me = slot(self);
+    const auto others = [&] {
+      for (int k = 0; k < next_slot_; ++k) {
+        if (k != self && slots_[static_cast<std::size_t>(k)].state == status::runnable) return true;
+      }
+      return false;
+    };
+    if (!others() && !expire_earliest(self)) return;
     me.state = status::blocked;  // out of this one pick
     me.waiting_on = &me;
     me.deadline = no_deadline;
-    bool others = false;
-    for (int k = 0; k < next_slot_; ++k) {
-      others = others || slots_[static_cast<std::size_t>(k)].state == status::runnable;
-    }
-    me.state = status::runnable;
-    if (!others) return;
-    me.state = status::blocked;
+    me.may_wake_spuriously = false;
     const int next = pick(/*self_runnable=*/false);
     me.state = status::runnable;  // runnable again for every later pick
     hand_to(next, self, /*wait=*/true);
   }
 
-  // Blocks the thread on `word` (nullptr: a sleep) until woken or, with a deadline, timed out.
-  // Returns true if it timed out. Wakes may come spuriously (free run).
-  bool block(int self, const void* word, std::uint64_t deadline) {
+  // Blocks the thread on `word` (nullptr: a sleep) until woken or, with a deadline, timed out
+  // (once the clock reaches it). Returns true if it timed out. Wakes may come spuriously: in a
+  // free run, and where may_wake_spuriously, when the schedule injects one.
+  bool block(int self, const void* word, std::uint64_t deadline, bool may_wake_spuriously = false) {
     if (free_run()) return false;
     thread_slot& t = slot(self);
     t.state = status::blocked;
     t.waiting_on = word;
     t.deadline = deadline;
     t.timed_out = false;
+    t.may_wake_spuriously = may_wake_spuriously;
     ++steps_;
     const int next = pick(/*self_runnable=*/false);
     hand_to(next, self, /*wait=*/true);
     return t.timed_out;
   }
 
+  // Wakes up to `most` of the threads blocked on `word`. Which ones, when more wait, is the
+  // schedule's choice (a decision of its own under exhaustive), as a futex promises no order.
   int wake(const void* word, int most) {
-    if (free_run()) return 0;
+    if (free_run() || word == nullptr) return 0;
+    std::vector<int> waiters;
+    for (int k = 0; k < next_slot_; ++k) {
+      const thread_slot& t = slots_[static_cast<std::size_t>(k)];
+      if (t.state == status::blocked && t.waiting_on == word) waiters.push_back(k);
+    }
     int woken = 0;
-    for (int k = 0; k < next_slot_ && woken < most; ++k) {
-      thread_slot& t = slot(k);
-      if (t.state == status::blocked && t.waiting_on == word && word != nullptr) {
-        t.state = status::runnable;
-        ++woken;
-      }
+    while (woken < most && !waiters.empty()) {
+      const std::size_t at = waiters.size() == 1 ? 0 : choose(waiters);
+      slot(waiters[at]).state = status::runnable;
+      waiters.erase(waiters.begin() + static_cast<std::ptrdiff_t>(at));
+      ++woken;
     }
     return woken;
   }
@@ -268,6 +299,7 @@ class scheduler {
   }
   bool free_run() const { return free_run_.load(std::memory_order_acquire); }
   std::uint64_t steps() const { return steps_; }
+  std::uint64_t spurious_wakeups() const { return spurious_wakeups_; }
   const std::vector<decision>& decisions() const { return decisions_; }
   [[noreturn]] void fatal(const std::string& why) {
     std::fprintf(stderr, "schedule: %s: %s (schedule %s)\n", opts_.name, why.c_str(), name_.c_str());
@@ -279,28 +311,89 @@ class scheduler {
  private:
   thread_slot& slot(int k) { return slots_[static_cast<std::size_t>(k)]; }
 
+  // The clock moves on by ns; the timed waits it passes end.
+  void advance(std::uint64_t ns) {
+    now_ += ns;
+    for (int k = 0; k < next_slot_; ++k) {
+      thread_slot& t = slot(k);
+      if (t.state == status::blocked && t.deadline != no_deadline && t.deadline <= now_) {
+        t.state = status::runnable;
+        t.timed_out = true;
+      }
+    }
+  }
+
+  // The clock jumps to the earliest deadline of a timed wait (not `self`'s), which ends. False
+  // if no thread waits with a limit.
+  bool expire_earliest(int self) {
+    int earliest = -1;
+    for (int k = 0; k < next_slot_; ++k) {
+      const thread_slot& t = slots_[static_cast<std::size_t>(k)];
+      if (k != self && t.state == status::blocked && t.deadline != no_deadline &&
+          (earliest < 0 || t.deadline < slots_[static_cast<std::size_t>(earliest)].deadline)) {
+        earliest = k;
+      }
+    }
+    if (earliest < 0) return false;
+    advance(slot(earliest).deadline - std::min(now_, slot(earliest).deadline));
+    return true;
+  }
+
+  // An index into `among` (threads, two or more), the schedule's choice: uniform under pct and
+  // random, a decision under exhaustive (the first by default; not a preemption).
+  std::size_t choose(const std::vector<int>& among) {
+    if (kind_ != strategy::exhaustive) {
+      std::uniform_int_distribution<std::size_t> any(0, among.size() - 1);
+      return any(aux_rng_);
+    }
+    decision d;
+    d.options = among;
+    d.preemptions_before = preemptions_;
+    const std::size_t at = decisions_.size();
+    d.taken = at < forced_.size() ? forced_[at] : 0;
+    if (d.taken >= d.options.size()) fatal("a replayed schedule does not fit this run (not deterministic?)");
+    const std::size_t taken = d.taken;
+    decisions_.push_back(std::move(d));
+    return taken;
+  }
+
+  // Under pct and random, now and then a futex or condition waiter wakes for no reason (the
+  // Sync contract allows it, so every wait must re-check). Only beside a runnable thread: a run
+  // in which every thread waits is still a deadlock.
+  void maybe_wake_spuriously() {
+    if (kind_ == strategy::exhaustive || opts_.spurious_per_mille <= 0) return;
+    std::uniform_int_distribution<int> per_mille(0, 999);
+    if (per_mille(aux_rng_) >= opts_.spurious_per_mille) return;
+    std::vector<int> waiters;
+    for (int k = 0; k < next_slot_; ++k) {
+      const thread_slot& t = slots_[static_cast<std::size_t>(k)];
+      if (t.state == status::blocked && t.may_wake_spuriously) waiters.push_back(k);
+    }
+    if (waiters.empty()) return;
+    std::uniform_int_distribution<std::size_t> any(0, waiters.size() - 1);
+    slot(waiters[any(aux_rng_)]).state = status::runnable;
+    ++spurious_wakeups_;
+  }
+
   // The next thread to run; the calling thread is among the runnable ones if self_runnable.
   int pick(bool self_runnable) {
+    advance(0);  // a wait whose deadline has passed ends
     std::vector<int> runnable;
     for (int k = 0; k < next_slot_; ++k) {
       if (slots_[static_cast<std::size_t>(k)].state == status::runnable) runnable.push_back(k);
     }
     if (runnable.empty()) {
       // Nothing can run: the earliest timed wait ends, and the clock jumps to its deadline.
-      int earliest = -1;
+      if (!expire_earliest(-1)) fatal("deadlock: every thread waits and none with a time limit");
       for (int k = 0; k < next_slot_; ++k) {
-        const thread_slot& t = slots_[static_cast<std::size_t>(k)];
-        if (t.state == status::blocked && t.deadline != no_deadline &&
-            (earliest < 0 || t.deadline < slots_[static_cast<std::size_t>(earliest)].deadline)) {
-          earliest = k;
-        }
+        if (slots_[static_cast<std::size_t>(k)].state == status::runnable) runnable.push_back(k);
       }
-      if (earliest < 0) fatal("deadlock: every thread waits and none with a time limit");
-      thread_slot& t = slot(earliest);
-      now_ = std::max(now_, t.deadline);
-      t.state = status::runnable;
-      t.timed_out = true;
-      return earliest;
+    } else {
+      maybe_wake_spuriously();
+      runnable.clear();
+      for (int k = 0; k < next_slot_; ++k) {
+        if (slots_[static_cast<std::size_t>(k)].state == status::runnable) runnable.push_back(k);
+      }
     }
     if (runnable.size() == 1) return runnable.front();
     switch (kind_) {
@@ -368,6 +461,7 @@ class scheduler {
   const explore_options& opts_;
   strategy kind_;
   std::mt19937_64 rng_;
+  std::mt19937_64 aux_rng_;  // wake choices and spurious wake-ups: PCT's draws stay as they were
   std::vector<std::size_t> forced_;
   bool trace_;
   std::vector<std::uint64_t> change_points_;
@@ -376,6 +470,7 @@ class scheduler {
   int current_ = 0;
   int preemptions_ = 0;
   std::uint64_t steps_ = 0;
+  std::uint64_t spurious_wakeups_ = 0;
   std::uint64_t now_ = 0;
   std::atomic<int> live_{0};
   std::atomic<bool> free_run_{false};
@@ -522,7 +617,7 @@ inline void futex_wait_until(atomic<std::uint32_t>& word, std::uint32_t expected
     s->point(self);
     if (here() != nullptr) {
       if (word.raw().load(std::memory_order_relaxed) != expected) return;
-      (void)s->block(self, &word, deadline);
+      (void)s->block(self, &word, deadline, /*may_wake_spuriously=*/true);
       return;
     }
   }
@@ -554,7 +649,7 @@ inline std::uint64_t now_ns() noexcept {
 
 }  // namespace detail
 
-/// The scheduler's clock: virtual time, moved only when every thread waits (see the header).
+/// The scheduler's clock: virtual time, moved by yields and when every thread waits (see the header).
 struct clock {
   using rep = std::int64_t;
   using period = std::nano;
@@ -883,6 +978,8 @@ inline std::optional<std::vector<std::size_t>> next_path(const std::vector<decis
 /// first that fails. Prints a line with what it explored, and for a failure the schedule's name.
 inline explore_result explore(explore_options opts, const std::function<void()>& scenario) {
   const bool trace = detail::environment("TEARDOWN_SCHEDULE_TRACE").has_value();
+  if (const auto rate = detail::environment("TEARDOWN_SCHEDULE_SPURIOUS")) opts.spurious_per_mille = std::stoi(*rate);
+  if (const auto step = detail::environment("TEARDOWN_SCHEDULE_YIELD_NS")) opts.yield_ns = std::stoull(*step);
   if (const auto count = detail::environment("TEARDOWN_SCHEDULES")) {
     opts.schedules = std::stoull(*count);
   } else if (detail::under_sanitizer()) {

@@ -1,0 +1,151 @@
+// The reaper's control plane under the deterministic scheduler (schedule.hpp), where the other
+// schedule tests leave a gap: a thaw with two waiters on the control condition (caught only since
+// a wake of one wakes the waiter the schedule picks), and stop beside an inline drain of items a
+// reap_on_caller put back (a window the stop scenario of reaper_schedule_test meets once in
+// thousands of schedules). Each is caught by a plant in planted_bugs.py. A failure prints the
+// schedule's name (TEARDOWN_SCHEDULE_REPLAY=<name>).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.hpp"
+#include "teardown/llist.hpp"
+#include "teardown/reaper.hpp"
+
+namespace {
+
+namespace sched = teardown::schedule;
+
+struct item {
+  teardown::llist_node node;
+  std::atomic<int> runs{0};  // the test's own bookkeeping, not a point
+  int id = 0;
+};
+
+// A teardown takes time: the yield inside it is where a flush that ought to wait may return.
+struct count_runs {
+  void operator()(item& x) const noexcept {
+    sched::sync::yield();
+    x.runs.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+using queue = teardown::llist<item, &item::node, sched::sync>;
+using scheduled_reaper = teardown::reaper<item, &item::node, count_runs, queue>;
+
+std::vector<item> items(int n) {
+  std::vector<item> made(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) made[static_cast<std::size_t>(i)].id = i;
+  return made;
+}
+
+void check_done(const std::vector<item>& all, const char* when) {
+  for (const item& x : all) {
+    const int runs = x.runs.load(std::memory_order_relaxed);
+    sched::check(runs == 1, std::string(when) + ": item " + std::to_string(x.id) + " torn down " +
+                                std::to_string(runs) + " times");
+  }
+}
+
+constexpr std::uint64_t schedules = 2'000;
+
+std::uint64_t expected_runs(std::uint64_t asked) {
+  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
+  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
+  return sched::detail::under_sanitizer() ? asked / 10 : asked;
+}
+
+// A flush that waits from before a freeze, and the thaw: while frozen, two threads wait on the
+// control condition, the flusher (its ticket not done) and the parked worker. The thaw must
+// wake both: a thaw that wakes one (notify_one) wakes the flusher in the schedules that pick
+// it, which waits again, and the worker stays parked: a deadlock (planted_bugs.py:
+// thaw_wakes_one). No boost, so that the flusher waits without a limit and does not help.
+TEST(CompositionScheduleTest, ThawWakesAFlushThatWaitedFromBeforeTheFreeze) {
+  const auto result = sched::explore({.name = "flush across freeze/thaw", .schedules = schedules}, [] {
+    std::vector<item> all = items(2);
+    teardown::reaper_options opts;
+    opts.spin_polls = 0;
+    opts.boost_after = std::chrono::nanoseconds(0);
+    scheduled_reaper reaper(count_runs{}, opts);
+    for (item& x : all) reaper.enqueue(x);
+    sched::thread flusher([&] {
+      reaper.flush();
+      check_done(all, "flush after enqueue");
+    });
+    reaper.freeze();
+    // Ends once every other thread waits (or the yields of a teardown carry the clock there):
+    // the flusher on its ticket, unless the worker completed it before parking.
+    sched::sync::sleep_for(std::chrono::milliseconds(1));
+    reaper.thaw();
+    flusher.join();
+    reaper.stop();
+    check_done(all, "after stop");
+  });
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, expected_runs(schedules));
+}
+
+// stop() against an inline drain of items a reap_on_caller put back. Items 0 and 1 wait on a
+// frozen reaper; a caller takes them and holds them until stop() is about to be called, then
+// declines them: put back before the worker's end, they go to whoever takes first, the worker's
+// final drain or a producer whose enqueue, once the worker has published its end, finds the
+// reaper stopped and drains inline. stop() must return only once both are torn down: it waits
+// out the caller's reap and every inline drain in progress (a hand). An inline drain that is not
+// counted as a hand lets stop return while the producer still tears an item down
+// (planted_bugs.py: uncounted_drain); items 0 and 1 take a millisecond each,
+// so that stop, if it does not wait, returns meanwhile.
+TEST(CompositionScheduleTest, StopWaitsForAnInlineDrainOfPutBackItems) {
+  const auto result = sched::explore({.name = "stop beside a put-back and an inline drain", .schedules = schedules},
+                                     [] {
+    std::vector<item> all = items(3);
+    {
+      teardown::reaper_options opts;
+      opts.spin_polls = 0;
+      opts.boost_after = std::chrono::nanoseconds(0);
+      struct slow_first_two {
+        void operator()(item& x) const noexcept {
+          if (x.id < 2) sched::sync::sleep_for(std::chrono::milliseconds(1));
+          count_runs{}(x);
+        }
+      };
+      teardown::reaper<item, &item::node, slow_first_two, queue> reaper(slow_first_two{}, opts);
+      reaper.freeze();
+      reaper.enqueue(all[0]);
+      reaper.enqueue(all[1]);
+      sched::atomic<std::uint32_t> held{0};
+      sched::atomic<std::uint32_t> go{0};
+      sched::thread caller([&] {
+        (void)reaper.reap_on_caller([&](item&) {
+          held.store(1, std::memory_order_relaxed);
+          sched::sync::futex_wake_one(held);
+          while (go.load(std::memory_order_relaxed) == 0) sched::sync::futex_wait(go, 0);
+          return false;
+        });
+      });
+      while (held.load(std::memory_order_relaxed) == 0) sched::sync::futex_wait(held, 0);
+      sched::thread producer([&] {
+        while (reaper.stats().running) sched::sync::yield();  // the worker has published its end
+        reaper.enqueue(all[2]);  // finds the reaper stopped: tears down inline, and drains
+      });
+      go.store(1, std::memory_order_relaxed);
+      sched::sync::futex_wake_one(go);
+      reaper.stop();
+      for (std::size_t i = 0; i < 2; ++i) {
+        sched::check(all[i].runs.load(std::memory_order_relaxed) == 1,
+                     "stop returned before item " + std::to_string(i) + ", enqueued before it, was torn down");
+      }
+      producer.join();
+      caller.join();
+    }
+    check_done(all, "after the reaper's end");
+  });
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, expected_runs(schedules));
+}
+
+}  // namespace
