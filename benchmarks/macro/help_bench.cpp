@@ -3,18 +3,21 @@
 // --busy processes spinning at nice 0. The reaper's cases: the default options; a nice-19 worker
 // that no raise can reach (nice_only_if_raisable = false, which an ordinary user's process cannot
 // raise again), with and without waiters_help; and one that is never boosted (boost_after 0).
-// Each case is timed from the hand-over to the flush's return (memory back: the buffers are
-// munmap()ed by free, 4 MiB being above glibc's mmap threshold), as a ratio to the same round's
-// inline free; the cases take turns in every round, medians over the rounds. Which user ran it
-// (root raises a nice-19 worker; uid 65534 cannot) is in the output: run it both ways.
+// Each case is timed from the hand-over to the flush's return (memory back: each buffer is a
+// mapping of its own, touched, and munmap()ed, which malloc's free might not do), as a ratio to
+// the same round's inline free; the cases take turns in every round, medians over the rounds.
+// Which user ran it (root raises a nice-19 worker; uid 65534 cannot) is in the output: run it
+// both ways.
 //
 //   help_bench [--buffers 256] [--mib 4] [--rounds 5] [--busy 2] [--out FILE]
 //
 // JSON out (stdout or --out), a table on stderr. Not a test: nothing here asserts.
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,10 +37,11 @@ using clock_type = std::chrono::steady_clock;
 struct buffer {
   teardown::llist_node hook;
   char* bytes = nullptr;
+  std::size_t size = 0;
 };
 
 void free_buffer(buffer& b) {
-  std::free(b.bytes);
+  munmap(b.bytes, b.size);
   b.bytes = nullptr;
 }
 
@@ -46,11 +50,13 @@ using buffer_reaper = teardown::reaper<buffer, &buffer::hook, buffer_fn>;
 
 void fill(std::vector<buffer>& all, std::size_t bytes) {
   for (buffer& b : all) {
-    b.bytes = static_cast<char*>(std::malloc(bytes));
-    if (b.bytes == nullptr) {
-      std::fprintf(stderr, "help_bench: out of memory\n");
+    void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED) {
+      std::fprintf(stderr, "help_bench: mmap: %s\n", std::strerror(errno));
       std::exit(1);
     }
+    b.bytes = static_cast<char*>(mapped);
+    b.size = bytes;
     std::memset(b.bytes, 1, bytes);  // touched: resident
   }
 }
@@ -152,8 +158,6 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "  flush: from the hand-over until flush() returned (every buffer freed); / inline: over the same\n"
                "  round's inline free; helped, boosts, refused: all rounds together; nice: the worker's in force\n");
-  return teardown_bench::write_document("help_bench", out,
-                               teardown_bench::rows_document("help_bench", teardown_bench::machine_object(), config, rows))
-             ? 0
-             : 1;
+  const std::string json = teardown_bench::rows_document("help_bench", teardown_bench::machine_object(), config, rows);
+  return teardown_bench::write_document("help_bench", out, json) ? 0 : 1;
 }
