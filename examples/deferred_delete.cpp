@@ -87,6 +87,11 @@ int main(int argc, char** argv) {
                 "   10 ms; without the boost its wait would grow with the load)\n",
                 static_cast<unsigned long long>(worker.boosts));
   }
+  if (worker.helped != 0) {
+    std::printf("  (flush() tore down %llu queued item(s) itself while it waited: no raise of the reaper was in\n"
+                "   force, as for an ordinary user, whose reaper keeps its creator's nice)\n",
+                static_cast<unsigned long long>(worker.helped));
+  }
 
   // 3. A small object is deleted inline: queuing it would cost more than deleting it.
   const teardown::decision small_one = teardown::deferred_delete(new buffer(1000));
