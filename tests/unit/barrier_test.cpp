@@ -525,6 +525,42 @@ struct add_pausing_queue : llist<job, &job::hook> {
   }
 };
 
+// A producer that enqueues `x` on a thread of its own, read "running" and is paused before its
+// add while `reaper` stops, then adds x and is paused again before its kick: x is queued behind
+// a worker that has ended. release_kick() lets its enqueue go on (its kick reads STOPPED and its
+// own drain takes whatever is still queued) and joins it.
+class producer_paused_after_add {
+ public:
+  template <class Reaper>
+  producer_paused_after_add(Reaper& reaper, job& x)
+      : thread_([this, &reaper, &x] {
+          pause_before_add = &pause_before_;
+          pause_after_add = &pause_after_;
+          reaper.enqueue(x);
+        }) {
+    before_add_.wait_for_arrival();
+    reaper.stop();  // the worker ends before x is on the queue
+    before_add_.release();
+    after_add_.wait_for_arrival();  // x queued, not kicked
+  }
+  producer_paused_after_add(const producer_paused_after_add&) = delete;
+  producer_paused_after_add& operator=(const producer_paused_after_add&) = delete;
+  ~producer_paused_after_add() {
+    if (thread_.joinable()) release_kick();
+  }
+  void release_kick() {
+    after_add_.release();
+    thread_.join();
+  }
+
+ private:
+  pause_point before_add_;
+  pause_point after_add_;
+  std::function<void()> pause_before_ = [this] { before_add_.arrive_and_wait(); };
+  std::function<void()> pause_after_ = [this] { after_add_.arrive_and_wait(); };
+  std::thread thread_;  // last: starts once the pauses above exist
+};
+
 // X's producer read "running" and is preempted before its add while the reaper stops; it then
 // adds X and is preempted again before its kick. A flush after stop drains X and tears it down
 // (X's fn blocks). The producer's kick reads STOPPED and its own drain finds nothing, so X's
@@ -538,26 +574,13 @@ TEST_F(BarrierTest, FlushAfterStopWaitsForAnotherSettlersDrain) {
   });
   job x;
   x.id = 1;
-  pause_point before_add;
-  pause_point after_add;
-  std::function<void()> pause_before = [&] { before_add.arrive_and_wait(); };
-  std::function<void()> pause_after = [&] { after_add.arrive_and_wait(); };
-  std::thread producer([&] {
-    pause_before_add = &pause_before;
-    pause_after_add = &pause_after;
-    reaper.enqueue(x);
-  });
-  before_add.wait_for_arrival();
-  reaper.stop();  // the worker ends before X is on the queue
-  before_add.release();
-  after_add.wait_for_arrival();  // X queued, not kicked
+  producer_paused_after_add producer(reaper, x);
   blocking_call first([&] {
     reaper.flush();
     return x.runs.load();
   });
   x_in_fn.wait_for_arrival();  // the first flush's drain took X
-  after_add.release();
-  producer.join();  // X's enqueue returned
+  producer.release_kick();  // X's enqueue returned
   blocking_call second([&] {
     reaper.flush();
     return x.runs.load();
@@ -582,23 +605,10 @@ TEST_F(BarrierTest, ASettlerAfterOneThatGaveUpStillWaitsForTheOlderHand) {
   x.id = 1;
   job y;
   y.id = 2;
-  pause_point before_add;
-  pause_point after_add;
-  std::function<void()> pause_before = [&] { before_add.arrive_and_wait(); };
-  std::function<void()> pause_after = [&] { after_add.arrive_and_wait(); };
-  std::thread x_producer([&] {
-    pause_before_add = &pause_before;
-    pause_after_add = &pause_after;
-    reaper.enqueue(x);
-  });
-  before_add.wait_for_arrival();
-  reaper.stop();  // the worker ends before X is on the queue
-  before_add.release();
-  after_add.wait_for_arrival();  // X queued, its kick paused
+  producer_paused_after_add x_producer(reaper, x);
   std::thread y_producer([&] { reaper.enqueue(y); });  // Y inline, then its drain (a hand) takes X
   x_in_fn.wait_for_arrival();
-  after_add.release();
-  x_producer.join();  // X's enqueue has returned; X is in Y's producer's hands
+  x_producer.release_kick();  // X's enqueue has returned; X is in Y's producer's hands
   EXPECT_FALSE(reaper.flush_for(1ms)) << "the first settler gives up, its flip made";
   blocking_call second([&] {
     reaper.flush();

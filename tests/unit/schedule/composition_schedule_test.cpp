@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "schedule/scenario_support.hpp"
 #include "schedule/schedule.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
@@ -20,45 +21,17 @@
 namespace {
 
 namespace sched = teardown::schedule;
+using namespace teardown::schedule::scenario;
 
-struct item {
-  teardown::llist_node node;
-  std::atomic<int> runs{0};  // the test's own bookkeeping, not a point
-  int id = 0;
-};
 
-// A teardown takes time: the yield inside it is where a flush that ought to wait may return.
-struct count_runs {
-  void operator()(item& x) const noexcept {
-    sched::sync::yield();
-    x.runs.fetch_add(1, std::memory_order_relaxed);
-  }
-};
 
 using queue = teardown::llist<item, &item::node, sched::sync>;
 using scheduled_reaper = teardown::reaper<item, &item::node, count_runs, queue>;
 
-std::vector<item> items(int n) {
-  std::vector<item> made(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) made[static_cast<std::size_t>(i)].id = i;
-  return made;
-}
 
-void check_done(const std::vector<item>& all, const char* when) {
-  for (const item& x : all) {
-    const int runs = x.runs.load(std::memory_order_relaxed);
-    sched::check(runs == 1, std::string(when) + ": item " + std::to_string(x.id) + " torn down " +
-                                std::to_string(runs) + " times");
-  }
-}
 
 constexpr std::uint64_t schedules = 2'000;
 
-std::uint64_t expected_runs(std::uint64_t asked) {
-  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
-  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
-  return sched::detail::under_sanitizer() ? asked / 10 : asked;
-}
 
 // A flush that waits from before a freeze, and the thaw: while frozen, two threads wait on the
 // control condition, the flusher (its ticket not done) and the parked worker. The thaw must
@@ -75,7 +48,7 @@ TEST(CompositionScheduleTest, ThawWakesAFlushThatWaitedFromBeforeTheFreeze) {
     for (item& x : all) reaper.enqueue(x);
     sched::thread flusher([&] {
       reaper.flush();
-      check_done(all, "flush after enqueue");
+      expect_once_each(all, "flush after enqueue");
     });
     reaper.freeze();
     // Ends once every other thread waits (or the yields of a teardown carry the clock there):
@@ -84,10 +57,9 @@ TEST(CompositionScheduleTest, ThawWakesAFlushThatWaitedFromBeforeTheFreeze) {
     reaper.thaw();
     flusher.join();
     reaper.stop();
-    check_done(all, "after stop");
+    expect_once_each(all, "after stop");
   });
-  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
-  EXPECT_GE(result.runs, expected_runs(schedules));
+  expect_explored(result, expected_runs(schedules));
 }
 
 // stop() against an inline drain of items a reap_on_caller put back. Items 0 and 1 wait on a
@@ -142,10 +114,9 @@ TEST(CompositionScheduleTest, StopWaitsForAnInlineDrainOfPutBackItems) {
       producer.join();
       caller.join();
     }
-    check_done(all, "after the reaper's end");
+    expect_once_each(all, "after the reaper's end");
   });
-  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
-  EXPECT_GE(result.runs, expected_runs(schedules));
+  expect_explored(result, expected_runs(schedules));
 }
 
 }  // namespace

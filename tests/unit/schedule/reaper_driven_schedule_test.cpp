@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "schedule/scenario_support.hpp"
 #include "schedule/schedule.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
@@ -16,20 +17,9 @@
 namespace {
 
 namespace sched = teardown::schedule;
+using namespace teardown::schedule::scenario;
 
-struct item {
-  teardown::llist_node node;
-  std::atomic<int> runs{0};  // the test's own bookkeeping, not a point
-  int id = 0;
-};
 
-// A teardown takes time: the yield inside it is where a flush that ought to wait may return.
-struct count_runs {
-  void operator()(item& x) const noexcept {
-    sched::sync::yield();
-    x.runs.fetch_add(1, std::memory_order_relaxed);
-  }
-};
 
 template <class Sync>
 using driven_reaper = teardown::reaper<item, &item::node, count_runs, teardown::llist<item, &item::node, Sync>>;
@@ -40,27 +30,10 @@ teardown::reaper_options driven() {
   return opts;
 }
 
-std::vector<item> items(int n) {
-  std::vector<item> made(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) made[static_cast<std::size_t>(i)].id = i;
-  return made;
-}
 
-void check_done(const std::vector<item>& all, std::size_t from, std::size_t to, const char* when) {
-  for (std::size_t i = from; i < to; ++i) {
-    const int runs = all[i].runs.load(std::memory_order_relaxed);
-    sched::check(runs == 1, std::string(when) + ": item " + std::to_string(i) + " torn down " + std::to_string(runs) +
-                                " times");
-  }
-}
 
 constexpr std::uint64_t schedules = 2'000;
 
-std::uint64_t expected_runs(std::uint64_t asked) {
-  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
-  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
-  return sched::detail::under_sanitizer() ? asked / 10 : asked;
-}
 
 // Two callers' bounded runs, a producer and two flushes: each flush returns only after what was
 // enqueued before it is torn down; every item is torn down exactly once. (planted_bugs.py plants
@@ -77,25 +50,24 @@ sched::explore_result explore_run_flush_enqueue(const char* name) {
         reaper.enqueue(all[0]);
         reaper.enqueue(all[1]);
         reaper.flush();
-        check_done(all, 0, 2, "flush after enqueue");
+        expect_once_each(all, "flush after enqueue", 0, 2);
       });
       reaper.enqueue(all[2]);
       reaper.enqueue(all[3]);
       reaper.flush();
-      check_done(all, 2, 4, "flush after enqueue");
+      expect_once_each(all, "flush after enqueue", 2, 4);
       driver_a.join();
       driver_b.join();
       producer.join();
       reaper.enqueue(all[4]);
     }  // the destructor's stop tears down what is left
-    check_done(all, 0, all.size(), "after the destructor");
+    expect_once_each(all, "after the destructor", 0, all.size());
   });
 }
 
 TEST(DrivenScheduleTest, RunFlushAndEnqueueTearDownEachItemOnceAndFlushIsABarrier) {
   const auto result = explore_run_flush_enqueue<sched::sync>("driven run/flush/enqueue");
-  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
-  EXPECT_GE(result.runs, expected_runs(schedules));
+  expect_explored(result, expected_runs(schedules));
 }
 
 // Freeze against runs and a flush: fn never starts while frozen, and everything runs once.
@@ -125,10 +97,9 @@ TEST(DrivenScheduleTest, FreezeParksRunsAndFlushUntilThaw) {
     reaper.thaw();
     driver.join();
     flusher.join();
-    check_done(all, 0, all.size(), "after thaw and flush");
+    expect_once_each(all, "after thaw and flush", 0, all.size());
   });
-  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
-  EXPECT_GE(result.runs, expected_runs(schedules));
+  expect_explored(result, expected_runs(schedules));
 }
 
 // A freeze against a bounded run that ends holding the rest of its batch: once freeze returns,
@@ -154,10 +125,9 @@ TEST(DrivenScheduleTest, AFreezeReturnsOnlyOnceNoRunHoldsItems) {
     reaper.thaw();
     driver.join();
     reaper.flush();
-    check_done(all, 0, all.size(), "after thaw and flush");
+    expect_once_each(all, "after thaw and flush", 0, all.size());
   });
-  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
-  EXPECT_GE(result.runs, expected_runs(schedules));
+  expect_explored(result, expected_runs(schedules));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "schedule/scenario_support.hpp"
 #include "schedule/schedule.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
@@ -22,13 +23,9 @@
 namespace {
 
 namespace sched = teardown::schedule;
+using namespace teardown::schedule::scenario;
 using namespace std::chrono_literals;
 
-struct item {
-  teardown::llist_node node;
-  std::atomic<int> runs{0};  // plain atomics: the test's own bookkeeping, not a point
-  int id = 0;
-};
 
 // Item 0 blocks until `go` is set (the worker held in the middle of its batch); every teardown
 // yields, a point inside it.
@@ -46,19 +43,7 @@ struct held_first {
 using queue = teardown::llist<item, &item::node, sched::sync>;
 using helping_reaper = teardown::reaper<item, &item::node, held_first, queue>;
 
-void expect_once(const std::vector<item>& all, std::size_t from, std::size_t to, const char* when) {
-  for (std::size_t i = from; i < to; ++i) {
-    const int runs = all[i].runs.load(std::memory_order_relaxed);
-    sched::check(runs == 1, std::string(when) + ": item " + std::to_string(i) + " torn down " +
-                                std::to_string(runs) + " times");
-  }
-}
 
-std::uint64_t expected_runs(std::uint64_t asked) {
-  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
-  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
-  return sched::detail::under_sanitizer() ? asked / 10 : asked;
-}
 
 TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTwice) {
   constexpr std::uint64_t schedules = 2'000;
@@ -75,7 +60,7 @@ TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTw
     for (std::size_t i = 0; i < 6; ++i) reaper.enqueue(all[i]);
     const auto flusher = [&] {
       reaper.flush();
-      expect_once(all, 0, 6, "a flush returned");
+      expect_once_each(all, "a flush returned", 0, 6);
     };
     sched::thread first(flusher);
     sched::thread second(flusher);
@@ -93,15 +78,14 @@ TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTw
     producer.join();
     caller.join();
     reaper.stop();
-    expect_once(all, 0, all.size(), "after stop");
+    expect_once_each(all, "after stop", 0, all.size());
     const std::uint64_t helped = reaper.stats().helped;
     if (helped != 0) {
       helped_runs.fetch_add(1, std::memory_order_relaxed);
       helped_items.fetch_add(helped, std::memory_order_relaxed);
     }
   });
-  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
-  EXPECT_GE(result.runs, expected_runs(schedules));
+  expect_explored(result, expected_runs(schedules));
   EXPECT_GT(helped_runs.load(), 0u) << "no schedule reached a helping waiter";
   std::printf("waiters helped in %llu of %llu schedules (%llu items)\n",
               static_cast<unsigned long long>(helped_runs.load()), static_cast<unsigned long long>(result.runs),
@@ -123,7 +107,7 @@ TEST(HelpScheduleTest, AShareInAHelpersHandsKeepsTheOtherFlushWaiting) {
     reaper.thaw();
     const auto flusher = [&] {
       reaper.flush();
-      expect_once(all, 0, all.size(), "a flush returned");
+      expect_once_each(all, "a flush returned", 0, all.size());
     };
     sched::thread first(flusher);
     sched::thread second(flusher);
@@ -133,10 +117,9 @@ TEST(HelpScheduleTest, AShareInAHelpersHandsKeepsTheOtherFlushWaiting) {
     first.join();
     second.join();
     reaper.stop();
-    expect_once(all, 0, all.size(), "after stop");
+    expect_once_each(all, "after stop", 0, all.size());
   });
-  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
-  EXPECT_GE(result.runs, expected_runs(schedules));
+  expect_explored(result, expected_runs(schedules));
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "schedule/scenario_support.hpp"
 #include "schedule/schedule.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
@@ -28,24 +29,9 @@
 namespace {
 
 namespace sched = teardown::schedule;
+using namespace teardown::schedule::scenario;
 
-struct item {
-  teardown::llist_node node;
-  std::atomic<int> runs{0};         // plain atomics: the test's own bookkeeping, not a point
-  std::atomic<bool> enqueued{false};  // its enqueue returned
-  std::atomic<bool> taken{false};     // a recorded_queue's take took it
-  std::atomic<int> taker{-1};         // the thread whose take took it last (a taker_queue's)
-  int id = 0;
-};
 
-// A teardown takes time: the yield is a point inside it, where a flush or stop that ought to
-// wait for it may try to return.
-struct count_runs {
-  void operator()(item& x) const noexcept {
-    sched::sync::yield();
-    x.runs.fetch_add(1, std::memory_order_relaxed);
-  }
-};
 
 using queue = teardown::llist<item, &item::node, sched::sync>;
 using sharded_queue = teardown::sharded_llist<item, &item::node, sched::sync>;
@@ -58,11 +44,6 @@ teardown::reaper_options quiet(teardown::reaper_options opts = {}) {
   return opts;
 }
 
-std::vector<item> items(int n) {
-  std::vector<item> made(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) made[static_cast<std::size_t>(i)].id = i;
-  return made;
-}
 
 void enqueue_each(auto& reaper, std::vector<item>& all, std::size_t from, std::size_t to) {
   for (std::size_t i = from; i < to; ++i) {
@@ -71,28 +52,9 @@ void enqueue_each(auto& reaper, std::vector<item>& all, std::size_t from, std::s
   }
 }
 
-void expect_once_each(const std::vector<item>& all, const char* when, std::size_t from = 0,
-                      std::size_t to = ~std::size_t{0}) {
-  for (std::size_t i = from; i < std::min(to, all.size()); ++i) {
-    const item& x = all[i];
-    const int runs = x.runs.load(std::memory_order_relaxed);
-    sched::check(runs == 1, std::string(when) + ": item " + std::to_string(x.id) + " torn down " +
-                                std::to_string(runs) + " times");
-  }
-}
 
-void expect_explored(const sched::explore_result& result, std::uint64_t at_least) {
-  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
-  EXPECT_GE(result.runs, at_least);
-}
 
 constexpr std::uint64_t schedules = 10'000;
-// What explore runs for `asked` (TEARDOWN_SCHEDULES, or a tenth under a sanitizer).
-std::uint64_t expected_runs(std::uint64_t asked) {
-  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
-  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
-  return sched::detail::under_sanitizer() ? asked / 10 : asked;
-}
 
 // Wake/sleep: producers' kicks against the worker's SLEEPING exchange. A lost wake-up leaves
 // the worker asleep with items queued while the scenario waits for them: a deadlock, which the

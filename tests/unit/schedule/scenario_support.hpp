@@ -1,0 +1,69 @@
+// What the schedule tests' scenarios share: the item they tear down, a teardown that yields, the
+// check that each item ran exactly once, and how many schedules a test expects explore to run.
+// Scenario code only: its atomics are the tests' own bookkeeping, not scheduling points.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.hpp"
+#include "teardown/llist.hpp"
+
+namespace teardown::schedule::scenario {
+
+struct item {
+  teardown::llist_node node;
+  std::atomic<int> runs{0};           // plain atomics: the test's own bookkeeping, not a point
+  std::atomic<bool> enqueued{false};  // its enqueue returned
+  std::atomic<bool> taken{false};     // a recorded_queue's take took it
+  std::atomic<int> taker{-1};         // the thread whose take took it last (a taker_queue's)
+  int id = 0;
+};
+
+// A teardown takes time: the yield inside it is where a flush or stop that ought to wait for it
+// may try to return.
+struct count_runs {
+  void operator()(item& x) const noexcept {
+    sync::yield();
+    x.runs.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+inline std::vector<item> items(int n) {
+  std::vector<item> made(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) made[static_cast<std::size_t>(i)].id = i;
+  return made;
+}
+
+// A scheduling check (it fails the schedule, which explore reports by name) that each of
+// all[from, to) was torn down exactly once.
+inline void expect_once_each(const std::vector<item>& all, const char* when, std::size_t from = 0,
+                             std::size_t to = ~std::size_t{0}) {
+  for (std::size_t i = from; i < std::min(to, all.size()); ++i) {
+    const int runs = all[i].runs.load(std::memory_order_relaxed);
+    check(runs == 1, std::string(when) + ": item " + std::to_string(all[i].id) + " torn down " +
+                         std::to_string(runs) + " times");
+  }
+}
+
+// What explore runs for `asked`: one schedule when replaying, TEARDOWN_SCHEDULES when set, a
+// tenth under a sanitizer.
+inline std::uint64_t expected_runs(std::uint64_t asked) {
+  if (std::getenv("TEARDOWN_SCHEDULE_REPLAY") != nullptr) return 1;
+  if (const char* count = std::getenv("TEARDOWN_SCHEDULES")) return std::stoull(count);
+  return detail::under_sanitizer() ? asked / 10 : asked;
+}
+
+// No schedule failed, and explore ran at least `at_least` (expected_runs of what was asked).
+inline void expect_explored(const explore_result& result, std::uint64_t at_least) {
+  EXPECT_FALSE(result.failure.has_value()) << *result.failure << " (schedule " << result.failed_schedule << ")";
+  EXPECT_GE(result.runs, at_least);
+}
+
+}  // namespace teardown::schedule::scenario
