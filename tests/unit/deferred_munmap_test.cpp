@@ -705,8 +705,8 @@ TEST_F(DeferredMunmapTest, EachChunkHasItsOwnQueueAndReapEventNamedByItsFirstAdd
 // --- many threads ------------------------------------------------------------------------------
 
 // Threads unmap ranges in chunks while another drains bits of the queue and another freezes and
-// thaws the reaper: every chunk is reaped exactly once (by the reaper or a drain), and every
-// page of every range is gone.
+// thaws the reaper: every chunk is reaped exactly once (by the reaper or a drain), without an
+// error, and no munmap strays past its range.
 TEST_F(DeferredMunmapStressTest, ChunksOfManyRangesAreUnmappedExactlyOnceWhileDrainsTakeSome) {
   const hooked<trace::queue_event> queue_hook;
   const hooked<trace::reap_event> reap_hook;
@@ -757,11 +757,13 @@ TEST_F(DeferredMunmapStressTest, ChunksOfManyRangesAreUnmappedExactlyOnceWhileDr
       by_id(recorded<trace::reap_event>::take(id), [](const trace::reap_event& e) { return e.charged_cost; });
   EXPECT_EQ(queued.size(), stats.queued);
   EXPECT_EQ(reaped, queued) << "every chunk reaped once";
+  // Each range's guards are still there (no munmap strayed past a range). Its own pages are not
+  // probed here: once unmapped, their addresses may be mapped again by any other mapping this
+  // process makes meanwhile (ThreadSanitizer's runtime put 20 pages of its own into one such
+  // hole); the single-threaded tests above probe them. That each chunk was unmapped once is
+  // what the reap events, the stats and errors == 0 say.
   for (const auto& mine : regions) {
-    for (const auto& r : mine) {
-      EXPECT_TRUE(r->all_unmapped());
-      EXPECT_TRUE(r->guards_mapped());
-    }
+    for (const auto& r : mine) EXPECT_TRUE(r->guards_mapped());
   }
 }
 
