@@ -442,18 +442,6 @@ TEST_F(DeferredMunmapTest, ADrainUnmapsTheChunksABusyReaperHasNotTaken) {
   expect_exactly_unmapped(r);
 }
 
-// The reaper's options with waiters help on (reaper.hpp, "Waiters help"); false where this
-// build's reaper has no such option.
-template <class Options>
-bool waiters_help_on(Options& opts) {
-  if constexpr (requires { opts.waiters_help; }) {
-    opts.waiters_help = true;
-    return true;
-  } else {
-    return false;
-  }
-}
-
 // The same busy reaper, and a flush that waits for it: the waiter tears the queued chunks down
 // itself (the reaper runs at nice 0, so no raise can be in force and the waiter helps), and
 // every chunk is gone while the reaper is still held by the blocker. (The same range as one
@@ -462,7 +450,7 @@ TEST_F(DeferredMunmapTest, AWaitingFlushUnmapsTheChunksABusyReaperHasNotTaken) {
   using namespace std::chrono_literals;
   const std::size_t chunk = 16 * page();
   teardown::deferred_domain_options opts = options(chunk);
-  if (!waiters_help_on(opts.reaper)) GTEST_SKIP() << "this reaper has no waiters_help";
+  opts.reaper.waiters_help = true;  // the default; said here because the test is about it
   opts.reaper.nice = 0;
   opts.reaper.boost_after = 1ms;
   deferred_domain domain(opts);
