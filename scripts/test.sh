@@ -88,8 +88,37 @@ for preset in "${presets[@]}"; do
   fi
 done
 
+# CI keeps only the tail of this output: name each failed test again here, with the end of its
+# output, so the tail says what failed and why.
+summarize_failures() {
+  local preset log
+  for preset in "${presets[@]}"; do
+    log=build/$preset/Testing/Temporary/LastTestsFailed.log
+    [ -s "$log" ] || continue
+    echo "==> [$preset] failed tests:"
+    sed 's/^/    /' "$log"
+    while IFS=: read -r _ name; do
+      echo "--- [$preset] $name: its failure lines and its end"
+      awk -v name="$name" '
+        { line = $0 }
+        sub(/^[0-9]+\/[0-9]+ Test: /, "", line) && line == name { on = 1; n = 0; shown = 0 }
+        !on { next }
+        /Failure|[Ee]xpected|Which is|Value of|Actual|ThreadSanitizer|AddressSanitizer|runtime error|SUMMARY|Timeout|    #[0-4] / {
+          if (shown++ < 40) print
+        }
+        { last[n++ % 12] = $0 }
+        /^"[^"]*" end time:/ {
+          on = 0; print "    ..."
+          for (i = (n > 12 ? n - 12 : 0); i < n; i++) print last[i % 12]
+        }
+      ' "build/$preset/Testing/Temporary/LastTest.log"
+    done <"$log"
+  done
+}
+
 echo
 if [ "${#failed[@]}" -ne 0 ]; then
+  summarize_failures
   echo "test.sh: FAILED: ${failed[*]}"
   exit 1
 fi
