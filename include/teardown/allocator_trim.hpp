@@ -31,6 +31,11 @@
 //                 while it trims. The trim consumes, with one exchange, exactly the count it
 //                 read: a count added meanwhile stays for the next trim.
 //   due           any thread; wait-free: after_batch would find enough freed (interval aside).
+//   begin_settle, end_settle
+//                 any thread; wait-free. Between them (a flush waiting), a batch end trims
+//                 once settle_floor() (after / 16) is freed: a flush leaves at most that much.
+//   collect_after_flush
+//                 the thread whose flush completed; blocking while it collects (mimalloc only).
 //   stats         any thread; wait-free.
 //
 // A trim function that returns a negative value could call nothing (the default under an
@@ -45,6 +50,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -116,12 +122,45 @@ class allocator_trimmer {
   bool enabled() const noexcept { return opts_.after != 0; }
 
   void freed(std::uint64_t cost) noexcept {
-    if (enabled()) freed_since_trim_.fetch_add(cost, std::memory_order_relaxed);
+    if (!enabled()) return;
+    freed_since_trim_.fetch_add(cost, std::memory_order_relaxed);
+    freed_total_.fetch_add(cost, std::memory_order_relaxed);
   }
 
-  /// True once the batches since the last trim freed `after` (ignoring min_interval).
+  /// True once the batches since the last trim freed `after`, or, while a settle is open, at
+  /// least settle_floor() (ignoring min_interval).
   bool due() const noexcept {
-    return enabled() && freed_since_trim_.load(std::memory_order_relaxed) >= opts_.after;
+    if (!enabled()) return false;
+    const std::uint64_t freed = freed_since_trim_.load(std::memory_order_relaxed);
+    return freed >= opts_.after || (freed >= settle_floor() && settling_.load(std::memory_order_relaxed) != 0);
+  }
+
+  /// While a settle is open (a flush waiting for the worker), a batch end trims what is left once
+  /// it reaches this: 1/16 of `after` (4 MiB of the default 64 MiB), so that a flush leaves at
+  /// most that much untrimmed instead of `after`, and a flush of a few small items trims nothing.
+  std::uint64_t settle_floor() const noexcept { return std::max<std::uint64_t>(opts_.after / 16, 1); }
+
+  /// Opens and closes a settle (any thread; counted, so settles may overlap). The worker reads
+  /// the count relaxed: a settle opened before a flush's request is visible to the pass that
+  /// serves the flush through the flush's own hand-off (the reaper's control mutex).
+  void begin_settle() noexcept { settling_.fetch_add(1, std::memory_order_relaxed); }
+  void end_settle() noexcept { settling_.fetch_sub(1, std::memory_order_relaxed); }
+
+  /// On the thread whose flush just completed (its settle closed): under mimalloc with the
+  /// default trim, collect_here() once settle_floor() more was freed since the last such
+  /// collect. mimalloc queues a block another thread frees for the heap of the thread that
+  /// allocated it, and only that thread's collect gives it back: the worker's purge cannot,
+  /// the flushing thread (often the one that built what it flushed) can. True if it collected;
+  /// blocking while it does (mi_collect(true): milliseconds on a big heap).
+  bool collect_after_flush() noexcept {
+    if (!enabled() || opts_.trim != &detail::allocator_purge) return false;
+    if (detect_allocator() != allocator_kind::mimalloc) return false;
+    const std::uint64_t total = freed_total_.load(std::memory_order_relaxed);
+    std::uint64_t last = collected_at_.load(std::memory_order_relaxed);
+    if (total - last < settle_floor()) return false;
+    // One collect per floor freed among concurrent flushes; the loser's flush collects nothing.
+    if (!collected_at_.compare_exchange_strong(last, total, std::memory_order_relaxed)) return false;
+    return collect_here();
   }
 
   // True if it trimmed (a trim function that returned a negative value did not).
@@ -170,6 +209,9 @@ class allocator_trimmer {
 
   const trim_options opts_;
   std::atomic<std::uint64_t> freed_since_trim_{0};
+  std::atomic<std::uint64_t> freed_total_{0};
+  std::atomic<std::uint32_t> settling_{0};  // open settles (begin_settle)
+  std::atomic<std::uint64_t> collected_at_{0};  // freed_total_ at the last collect_after_flush
   std::atomic<std::uint64_t> last_trim_ns_{0};  // 0: never trimmed
   std::atomic<std::uint64_t> trims_{0};
   std::atomic<std::uint64_t> trimmed_bytes_{0};

@@ -243,6 +243,34 @@ TEST_F(AllocatorTrimTest, ATrimBeforeAnItemIsFreedDoesNotConsumeItsCount) {
   for (const pid_t caller : trim_recorder::calls()) EXPECT_NE(caller, current_tid());
 }
 
+// A flush settles: it returns once the worker trimmed what is left, though short of `after`
+// (160), once that reaches the settle floor (after / 16 = 10); below the floor nothing.
+TEST_F(AllocatorTrimTest, AFlushReturnsOnceTheWorkerTrimmedWhatIsLeftAboveTheSettleFloor) {
+  costed_domain domain(costed_options("trim_settle", 160));
+  costed_item small(9);
+  ASSERT_EQ(domain.put(small), teardown::decision::queued);
+  domain.flush();
+  EXPECT_EQ(domain.stats().trim.trims, 0u) << "9 is below the floor of 10";
+  costed_item a(50);
+  ASSERT_EQ(domain.put(a), teardown::decision::queued);
+  domain.flush();
+  EXPECT_EQ(domain.stats().trim.trims, 1u) << "the flush returned with 59 freed and not trimmed";
+  const std::vector<pid_t> calls = trim_recorder::calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_NE(calls.front(), current_tid()) << "the settle trimmed on the flushing thread";
+  // Freed before the flush began, the worker long idle: the flush asks for the trim itself.
+  costed_item b(20);
+  ASSERT_EQ(domain.put(b), teardown::decision::queued);
+  const auto give_up = std::chrono::steady_clock::now() + 30s;  // a safety net only
+  while (domain.stats().reaped < 3 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(domain.stats().reaped, 3u);
+  EXPECT_EQ(domain.stats().trim.trims, 1u) << "20 is short of after: no trim without a flush";
+  domain.flush();
+  EXPECT_EQ(domain.stats().trim.trims, 2u) << "a flush that found nothing queued left 20 untrimmed";
+  EXPECT_TRUE(domain.flush_for(10s));
+  EXPECT_EQ(domain.stats().trim.trims, 2u) << "nothing freed since: nothing to trim";
+}
+
 // Memory a drain freed on its caller is trimmed by the worker, though nothing more is queued.
 TEST_F(AllocatorTrimTest, WhatADrainFreedIsTrimmedOnTheIdleWorker) {
   costed_domain domain(costed_options("trim_after_drain", 100));

@@ -21,6 +21,7 @@
 #include <string>
 #include <type_traits>
 
+#include "teardown/allocator_trim.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/reaper_pool/workers.hpp"
 #include "teardown/sync.hpp"
@@ -49,13 +50,30 @@ class async_control {
     else return self().on_workers([](const auto& workers) { return workers.work_fd(); });
   }
 
-  /// Blocks until everything queued before the call (to any worker) is torn down.
+  /// Blocks until everything queued before the call (to any worker) is torn down. With a
+  /// trimmer, the worker also trims what is left once it reaches the trimmer's settle_floor()
+  /// before the flush returns; under mimalloc the calling thread then collects
+  /// (allocator_trimmer::collect_after_flush).
   void flush() {
-    if constexpr (!CompiledOut) self().on_workers([](auto& workers) { workers.flush(); });
+    if constexpr (!CompiledOut) {
+      flush_settle settle(self());
+      self().on_workers([](auto& workers) { workers.flush(); });
+      if (settle.left_untrimmed()) self().on_workers([](auto& workers) { workers.flush(); });
+      settle.completed();
+    }
   }
   template <class Rep, class Period>
   bool flush_for(std::chrono::duration<Rep, Period> timeout) {
-    if constexpr (!CompiledOut) return self().on_workers([&](auto& workers) { return workers.flush_for(timeout); });
+    if constexpr (!CompiledOut) {
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      flush_settle settle(self());
+      if (!self().on_workers([&](auto& workers) { return workers.flush_for(timeout); })) return false;
+      if (settle.left_untrimmed()) {
+        const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+        if (!self().on_workers([&](auto& workers) { return workers.flush_for(left); })) return false;
+      }
+      settle.completed();
+    }
     return true;
   }
 
@@ -208,6 +226,46 @@ class async_control {
   }
 
  private:
+  // A flush's settle (allocator_trimmer::begin_settle): while the flush waits, a batch end on the
+  // worker trims what is left; asked for at once when it is already due, so that a flush that
+  // finds nothing queued still trims what earlier batches left. A completed flush then collects
+  // on this thread where the allocator needs it.
+  class flush_settle {
+   public:
+    explicit flush_settle(D& owner) noexcept : owner_(owner), trimmer_(owner.trimmer_) {
+      if (!trimmer_.enabled()) return;
+      trimmer_.begin_settle();
+      open_ = true;
+      (void)ask_for_trim();
+    }
+    flush_settle(const flush_settle&) = delete;
+    flush_settle& operator=(const flush_settle&) = delete;
+    // After the flush: what was freed after the worker's last batch end (a helping waiter's or
+    // a drain's frees, whose own trim request the flush's ticket may have overtaken) is still
+    // due. True if so: a second flush then returns after the batch end this asked for (the
+    // request comes before that flush's ticket, so the pass completing it has served it).
+    bool left_untrimmed() noexcept { return open_ && ask_for_trim(); }
+    void completed() noexcept { completed_ = true; }
+    ~flush_settle() {
+      if (!open_) return;
+      trimmer_.end_settle();
+      if (completed_) (void)trimmer_.collect_after_flush();
+    }
+
+   private:
+    // A shared worker has no batch end of ours: there it trims after our items only.
+    bool ask_for_trim() noexcept {
+      if (!trimmer_.due() || owner_.shared()) return false;
+      owner_.on_workers([](auto& workers) { workers.request_after_batch(); });
+      return true;
+    }
+
+    D& owner_;
+    allocator_trimmer& trimmer_;
+    bool open_ = false;
+    bool completed_ = false;
+  };
+
   D& self() noexcept { return static_cast<D&>(*this); }
   const D& self() const noexcept { return static_cast<const D&>(*this); }
 };
