@@ -249,7 +249,9 @@ TEST_F(ReaperBoostTest, BoostNiceIsTheLevelWhenSet) {
   if (const auto why = nice_lowering_refused(5)) GTEST_SKIP() << *why;
   blocking_first probe;
   auto jobs = make_jobs(2);
-  job_reaper reaper(probe.fn(), {.name = "boost_level", .boost_nice = 5});
+  // boost_after far away: item 0 waiting past it (TSan on a loaded machine) would make the worker
+  // raise itself to 5 for its backlog, and the boost below would find nothing to change.
+  job_reaper reaper(probe.fn(), {.name = "boost_level", .boost_after = std::chrono::hours(1), .boost_nice = 5});
   reaper.enqueue(jobs[0]);
   wait_until(probe.started);
   if (reaper.stats().setup_warnings & teardown::setup_warning_nice) GTEST_SKIP() << "setpriority(19) was refused";
