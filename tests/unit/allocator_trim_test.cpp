@@ -271,6 +271,36 @@ TEST_F(AllocatorTrimTest, AFlushReturnsOnceTheWorkerTrimmedWhatIsLeftAboveTheSet
   EXPECT_EQ(domain.stats().trim.trims, 2u) << "nothing freed since: nothing to trim";
 }
 
+// What an inline teardown freed (below the threshold here) is counted too, and trimmed on the
+// worker, never on the producer, though nothing was ever queued.
+TEST_F(AllocatorTrimTest, WhatAnInlineTeardownFreedIsTrimmedOnTheWorker) {
+  teardown::async_teardown_options opts = costed_options("trim_inline", 100);
+  opts.threshold = 1000;
+  costed_domain domain(std::move(opts));
+  costed_item a(60);
+  costed_item b(40);
+  ASSERT_EQ(domain.put(a), teardown::decision::inline_ineligible);
+  EXPECT_EQ(domain.stats().trim.trims, 0u) << "60 of 100";
+  ASSERT_EQ(domain.put(b), teardown::decision::inline_ineligible);
+  ASSERT_TRUE(trim_recorder::wait_for(1)) << "100 freed inline were never trimmed";
+  EXPECT_NE(trim_recorder::calls().front(), current_tid()) << "the trim ran on the producer";
+  EXPECT_EQ(domain.stats().queued, 0u);
+}
+
+// The same through a deferred_domain's small path, which frees without a node.
+TEST_F(AllocatorTrimTest, ADeferredDomainsSmallFreesAreTrimmedOnItsReaper) {
+  teardown::deferred_domain_options opts = trimming_options("trim_small");
+  opts.threshold = std::uint64_t{1} << 30;
+  opts.trim.after = std::uint64_t{4} << 20;
+  teardown::deferred_domain domain(std::move(opts));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(domain.delete_object(new buffer(std::size_t{1} << 20)), teardown::decision::inline_ineligible);
+  }
+  ASSERT_TRUE(trim_recorder::wait_for(1)) << "4 MiB freed inline were never trimmed";
+  EXPECT_NE(trim_recorder::calls().front(), current_tid()) << "the trim ran on the deleting thread";
+  EXPECT_EQ(domain.stats().inline_small, 4u);
+}
+
 // Memory a drain freed on its caller is trimmed by the worker, though nothing more is queued.
 TEST_F(AllocatorTrimTest, WhatADrainFreedIsTrimmedOnTheIdleWorker) {
   costed_domain domain(costed_options("trim_after_drain", 100));

@@ -541,7 +541,21 @@ class async_teardown
     if (why == decision::inline_ineligible) inline_small_.add(1, std::memory_order_release);
     trace::sync(item_id(item), cost, to_string(why), trace_domain_);
     traits_.destroy(item);
+    note_inline_free(cost, why);
     return why;
+  }
+
+  // What a teardown on a producer freed stays as resident as what the worker freed: the trimmer
+  // counts it too (after the destroy), and when that makes a trim due the worker is asked for
+  // one, as after a drain. The trim itself never runs here; after stop nothing trims.
+  void note_inline_free(std::uint64_t cost, decision why) noexcept {
+    if constexpr (!compiled_out) {
+      if (cost == 0 || !trimmer_.enabled()) return;
+      trimmer_.freed(cost);
+      if (why != decision::inline_stopped && !shared() && trimmer_.due()) {
+        on_workers([](auto& workers) { workers.request_after_batch(); });
+      }
+    }
   }
 
   // On the reaper (or on a drain caller): the teardown of a queued item.
