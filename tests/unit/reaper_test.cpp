@@ -723,6 +723,9 @@ struct worker_probe {
   pid_t worker_tid(job_reaper& reaper) {
     reaper.enqueue(jobs[0]);
     reaper.flush();
+    // A flush that waited past boost_after (a sanitizer on a loaded machine) raised the worker,
+    // which lowers itself once drained: maybe only after the flush returned.
+    EXPECT_TRUE(eventually([&] { return !reaper.stats().boosted; }));
     return tid.load();
   }
 };
