@@ -5,9 +5,11 @@
 // whatever its trim does when run), it measures the free path on the caller, the resident set
 // left after the flush and the library's trim, the peak resident set over rounds of build and
 // free with no flush between, and the CPU the frees took (the caller's inline, the reaper's
-// deferred). A crossover sweep times the free path per object for buffers of 4 KiB to 1 MiB,
+// deferred). A crossover sweep times the free path per object for buffers of 4 KiB to 64 MiB,
 // inline against deferred (a domain whose threshold is 0, so that every buffer is queued): the
-// size below which deferring loses says where the default threshold (64 KiB) should be.
+// size below which deferring loses says where each allocator's default threshold (and
+// cached_below) should be (allocator_tuning.hpp); a node sweep does the same for objects of 1
+// to 1024 blocks of 64 bytes (min_blocks).
 // A plain program, not Google Benchmark; each case runs in a fresh child (an untouched heap).
 //
 //   alloc_matrix [--allocator NAME] [--scale S] [--rounds N] [--shapes LIST] [--trim LIST]
@@ -155,7 +157,8 @@ struct options {
   std::vector<std::string> shapes{"vector", "map", "buffers"};
   std::vector<trim_choice> trims;
   int sweep_reps = 3;
-  std::vector<int> sweep_kib{4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  std::vector<int> sweep_kib{4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536};
+  std::vector<int> sweep_nodes{1, 4, 16, 64, 256, 1024};  // the node sweep: blocks of 64 bytes
   bool sweep = true;
   bool matrix = true;
   bool quick = false;
@@ -164,7 +167,8 @@ struct options {
 
 constexpr const char* kUsage =
     "usage: alloc_matrix [--allocator NAME] [--scale S] [--rounds N] [--shapes LIST] [--trim LIST]\n"
-    "                    [--sweep-reps N] [--no-sweep] [--no-matrix] [--json FILE] [--quick]\n"
+    "                    [--sweep-reps N] [--sweep-sizes L] [--sweep-nodes L] [--no-sweep] [--no-matrix]\n"
+    "                    [--json FILE] [--quick]\n"
     "  --allocator NAME  the rows' allocator name (default: the one detected)\n"
     "  --scale S         multiplies every shape: 1 GiB vector, 4 M map entries, 10,000 x 100 KiB (default 1)\n"
     "  --rounds N        build/free rounds per case, no flush between (default 10, at most 64)\n"
@@ -172,6 +176,8 @@ constexpr const char* kUsage =
     "  --trim LIST       deferred modes: default (the library's default options), off, malloc_trim,\n"
     "                    jemalloc, tcmalloc, mimalloc, native (the detected allocator's purge); default: default\n"
     "  --sweep-reps N    crossover sweep: children per size and mode (default 3)\n"
+    "  --sweep-sizes L   the size sweep's buffer sizes in KiB (default 4,8,...,1024,4096,16384,65536)\n"
+    "  --sweep-nodes L   the node sweep's blocks per object (default 1,4,16,64,256,1024)\n"
     "  --no-sweep        no crossover sweep; --no-matrix: the sweep only\n"
     "  --json FILE       write the JSON there (default: stdout); --out FILE is the same\n"
     "  --quick           --scale 0.0625 --rounds 3 --sweep-reps 1, sweep 4/64/1024 KiB (explicit flags win)\n";
@@ -216,6 +222,7 @@ options parse_options(int argc, char** argv) {
     opts.rounds = 3;
     opts.sweep_reps = 1;
     opts.sweep_kib = {4, 64, 1024};
+    opts.sweep_nodes = {1, 64};
   }
   std::vector<std::string> trims{"default"};
   for (const auto& [name, value] : given.flags) {
@@ -234,6 +241,12 @@ options parse_options(int argc, char** argv) {
       trims = teardown_bench::split_list(value);
     } else if (name == "--sweep-reps") {
       opts.sweep_reps = kCommandLine.count(name, value, 100);
+    } else if (name == "--sweep-sizes" || name == "--sweep-nodes") {
+      std::vector<int>& list = name == "--sweep-sizes" ? opts.sweep_kib : opts.sweep_nodes;
+      list.clear();
+      for (const std::string& item : teardown_bench::split_list(value)) {
+        list.push_back(kCommandLine.count(name, item, name == "--sweep-sizes" ? 1 << 20 : 1 << 16));
+      }
     } else if (name == "--json" || name == "--out") {
       opts.json = value;
     } else {
@@ -472,40 +485,75 @@ struct sweep_report {
   char failed[160] = {};
 };
 
+// 64 MiB of objects per round (scaled), 32 to 16384 of them; from 4 MiB up, at least 8.
 std::size_t sweep_count(std::size_t bytes, double scale) {
   const double total = scale * 64 * kMiB;
-  return std::clamp<std::size_t>(static_cast<std::size_t>(total / static_cast<double>(bytes)), 32, 16384);
+  const std::size_t fewest = bytes >= 4 * kMiB ? 8 : 32;
+  return std::clamp<std::size_t>(static_cast<std::size_t>(total / static_cast<double>(bytes)), fewest, 16384);
 }
 
-sweep_report run_sweep(std::size_t bytes, std::size_t count, bool deferred) {
+// The node sweep's object: `nodes` separately allocated blocks of 64 bytes behind one vector
+// (the cost lookup counts the vector's own bytes, not the blocks': well under any threshold).
+using node_block = std::unique_ptr<char[]>;
+using node_object = std::vector<node_block>;
+constexpr std::size_t kNodeBytes = 64;
+
+node_object* make_nodes(std::size_t nodes) {
+  auto* object = new node_object;
+  object->reserve(nodes);
+  for (std::size_t i = 0; i < nodes; ++i) {
+    object->emplace_back(new char[kNodeBytes]);
+    object->back()[0] = 'x';
+  }
+  return object;
+}
+
+// Per round, `count` objects of `nodes` blocks; 16 MiB of blocks per round (scaled), 32 to 16384 objects.
+std::size_t node_sweep_count(std::size_t nodes, double scale) {
+  const double total = scale * 16 * kMiB;
+  return std::clamp<std::size_t>(static_cast<std::size_t>(total / static_cast<double>(nodes * kNodeBytes)), 32, 16384);
+}
+
+// One child of either sweep: `make(i)` builds object i, each round frees them all on the free
+// path (timed), and a deferred one flushes between rounds.
+template <class T, class Make>
+sweep_report run_sweep_of(std::size_t count, bool deferred, Make make) {
   sweep_report r;
   r.objects = count;
   std::unique_ptr<teardown::deferred_domain> own;
   free_path path;
   if (deferred) {
-    // The default options but the threshold: every buffer is queued, whatever its size.
+    // The default options but the threshold: every object is queued, whatever its size.
     teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
     opts.worker = teardown::deferred::default_worker();
     opts.threshold = 0;
+    opts.cached_below = 0;  // nor judged by its blocks
     own = std::make_unique<teardown::deferred_domain>(std::move(opts));
     path = {true, own.get()};
   }
-  std::vector<owned<buffer>> buffers;
+  std::vector<owned<T>> buffers;
   buffers.reserve(count);
   for (int round = -1; round < kSweepRounds; ++round) {  // round -1: the untimed warm-up
-    for (std::size_t i = 0; i < count; ++i) buffers.emplace_back(new buffer(bytes, 'x'), path);
+    for (std::size_t i = 0; i < count; ++i) buffers.emplace_back(make(), path);
     const auto start = clock_type::now();
-    for (owned<buffer>& b : buffers) b.reset();
+    for (owned<T>& b : buffers) b.reset();
     const double ms = ms_between(start, clock_type::now());
     buffers.clear();
     (round >= 0 ? r.ns_per_object[round] : r.cold_ns_per_object) = ms * 1e6 / static_cast<double>(count);
     if (own) own->flush();
   }
   if (own && own->stats().queued < count * (kSweepRounds + 1)) {
-    std::snprintf(r.failed, sizeof r.failed, "only %llu of %zu buffers were queued",
+    std::snprintf(r.failed, sizeof r.failed, "only %llu of %zu objects were queued",
                   static_cast<unsigned long long>(own->stats().queued), count * (kSweepRounds + 1));
   }
   return r;
+}
+
+sweep_report run_sweep(std::size_t bytes, std::size_t count, bool deferred) {
+  return run_sweep_of<buffer>(count, deferred, [bytes] { return new buffer(bytes, 'x'); });
+}
+sweep_report run_node_sweep(std::size_t nodes, std::size_t count, bool deferred) {
+  return run_sweep_of<node_object>(count, deferred, [nodes] { return make_nodes(nodes); });
 }
 
 std::string mode_name(const trim_choice* trim) {
@@ -584,39 +632,51 @@ int main(int argc, char** argv) {
       }
     }
     std::vector<std::string> sweep_table;
+    std::vector<std::string> node_table;
+    // One point of a sweep: children interleaved inline, deferred, inline...; `key` names the
+    // point's variable in the rows ("size_kib" or "nodes").
+    auto sweep_point = [&](const char* part, const char* key, int value, std::size_t count, auto run,
+                           std::vector<std::string>& lines) {
+      std::vector<double> warm[2];
+      std::vector<double> cold[2];
+      std::string failed;
+      for (int rep = 0; rep < opts.sweep_reps; ++rep) {
+        for (const bool deferred : {false, true}) {
+          const sweep_report r = in_child<sweep_report>([&] { return run(count, deferred); });
+          warm[deferred].insert(warm[deferred].end(), r.ns_per_object, r.ns_per_object + kSweepRounds);
+          cold[deferred].push_back(r.cold_ns_per_object);
+          if (r.failed[0] != '\0') failed = r.failed;
+        }
+      }
+      const summary in = summarize(warm[0]);
+      const summary de = summarize(warm[1]);
+      const summary in_cold = summarize(cold[0]);
+      const summary de_cold = summarize(cold[1]);
+      progress("%s %s %s %d x %zu: warm inline %.0f ns, deferred %.0f ns; cold inline %.0f ns, deferred %.0f ns"
+               " per object%s%s\n", opts.allocator.c_str(), part, key, value, count, in.median, de.median,
+               in_cold.median, de_cold.median, failed.empty() ? "" : ", failed: ", failed.c_str());
+      for (const bool deferred : {false, true}) {
+        json_object row;
+        row.set("part", part).set("allocator", opts.allocator).set(key, value)
+            .set("mode", deferred ? "deferred" : "inline").set("objects", static_cast<std::uint64_t>(count))
+            .set("ns_per_object", deferred ? de : in).set("cold_ns_per_object", deferred ? de_cold : in_cold);
+        if (!failed.empty()) row.set("failed", failed);
+        rows.push_back(std::move(row));
+      }
+      lines.push_back(strprintf("%-8s %8d %7zu %12.0f %8.0f %7.2f %12.0f %8.0f %7.2f", opts.allocator.c_str(), value,
+                                count, in.median, de.median, de.median / in.median, in_cold.median, de_cold.median,
+                                de_cold.median / in_cold.median));
+    };
     if (opts.sweep) {
       for (const int kib : opts.sweep_kib) {
         const std::size_t bytes = static_cast<std::size_t>(kib) << 10;
-        const std::size_t count = sweep_count(bytes, opts.scale);
-        std::vector<double> warm[2];
-        std::vector<double> cold[2];
-        std::string failed;
-        for (int rep = 0; rep < opts.sweep_reps; ++rep) {
-          for (const bool deferred : {false, true}) {  // interleaved: inline, deferred, inline, ...
-            const sweep_report r = in_child<sweep_report>([&] { return run_sweep(bytes, count, deferred); });
-            warm[deferred].insert(warm[deferred].end(), r.ns_per_object, r.ns_per_object + kSweepRounds);
-            cold[deferred].push_back(r.cold_ns_per_object);
-            if (r.failed[0] != '\0') failed = r.failed;
-          }
-        }
-        const summary in = summarize(warm[0]);
-        const summary de = summarize(warm[1]);
-        const summary in_cold = summarize(cold[0]);
-        const summary de_cold = summarize(cold[1]);
-        progress("%s sweep %d KiB x %zu: warm inline %.0f ns, deferred %.0f ns; cold inline %.0f ns, deferred %.0f ns"
-                 " per object%s%s\n", opts.allocator.c_str(), kib, count, in.median, de.median, in_cold.median,
-                 de_cold.median, failed.empty() ? "" : ", failed: ", failed.c_str());
-        for (const bool deferred : {false, true}) {
-          json_object row;
-          row.set("part", "sweep").set("allocator", opts.allocator).set("size_kib", kib)
-              .set("mode", deferred ? "deferred" : "inline").set("objects", static_cast<std::uint64_t>(count))
-              .set("ns_per_object", deferred ? de : in).set("cold_ns_per_object", deferred ? de_cold : in_cold);
-          if (!failed.empty()) row.set("failed", failed);
-          rows.push_back(std::move(row));
-        }
-        sweep_table.push_back(strprintf("%-8s %8d %7zu %12.0f %8.0f %7.2f %12.0f %8.0f %7.2f", opts.allocator.c_str(),
-                                        kib, count, in.median, de.median, de.median / in.median, in_cold.median,
-                                        de_cold.median, de_cold.median / in_cold.median));
+        sweep_point("sweep", "size_kib", kib, sweep_count(bytes, opts.scale),
+                    [bytes](std::size_t count, bool deferred) { return run_sweep(bytes, count, deferred); }, sweep_table);
+      }
+      for (const int nodes : opts.sweep_nodes) {
+        const auto n = static_cast<std::size_t>(nodes);
+        sweep_point("node_sweep", "nodes", nodes, node_sweep_count(n, opts.scale),
+                    [n](std::size_t count, bool deferred) { return run_node_sweep(n, count, deferred); }, node_table);
       }
     }
     const double seconds = ms_between(started, clock_type::now()) / 1e3;
@@ -629,7 +689,9 @@ int main(int argc, char** argv) {
         .set("buffers", static_cast<std::uint64_t>(sizes.buffers))
         .set("buffer_bytes", static_cast<std::uint64_t>(sizes.buffer_bytes)).set("trims", trims)
         .set("sweep_reps", opts.sweep_reps).set("sweep_rounds_per_child", kSweepRounds).set("quick", opts.quick)
-        .set("default_threshold", static_cast<std::uint64_t>(teardown::deferred_domain::default_threshold))
+        .set("default_threshold", teardown::default_deferred_tuning().threshold)
+        .set("default_min_blocks", teardown::default_deferred_tuning().min_blocks)
+        .set("default_cached_below", teardown::default_deferred_tuning().cached_below)
         .set("default_trim_after", static_cast<std::uint64_t>(teardown::deferred_domain::default_trim_after))
         .set("ld_preload", std::getenv("LD_PRELOAD") != nullptr ? std::getenv("LD_PRELOAD") : "")
         .set("seconds", seconds);
@@ -645,6 +707,11 @@ int main(int argc, char** argv) {
       progress("\nalloc    size KiB objects  warm: inline deferred def/inl  cold: inline deferred def/inl"
                " (ns/object)\n");
       for (const std::string& line : sweep_table) progress("%s\n", line.c_str());
+    }
+    if (!node_table.empty()) {
+      progress("\nalloc       nodes objects  warm: inline deferred def/inl  cold: inline deferred def/inl"
+               " (ns/object)\n");
+      for (const std::string& line : node_table) progress("%s\n", line.c_str());
     }
     progress("%.0f s\n", seconds);
     return 0;

@@ -121,6 +121,7 @@ teardown::deferred_domain_options trimming_options(const char* name) {
   teardown::deferred_domain_options opts = teardown::deferred_domain::default_options();
   opts.reaper.name = name;
   opts.trim = {.after = 1, .min_interval = 0ns, .trim = &trim_recorder::trim};
+  opts.cached_below = 0;  // the buffers are deferred by their bytes under every allocator
   return opts;
 }
 

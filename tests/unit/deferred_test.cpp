@@ -120,6 +120,7 @@ teardown::deferred_domain_options test_options() {
   teardown::deferred_domain_options opts = deferred_domain::default_options();
   opts.reaper.name = reaper_name;
   opts.sync_when_stalled = false;  // a frozen reaper must not turn "queued" into "stalled" on a slow machine
+  opts.cached_below = 0;  // a big single block is deferred by its bytes under every allocator
   return opts;
 }
 
@@ -341,7 +342,12 @@ TEST_F(DeferredTest, DefaultDomainIsOneInstanceWithTheDocumentedDefaults) {
   for (auto& t : threads) t.join();
   for (deferred_domain* domain : seen) EXPECT_EQ(domain, &teardown::deferred::default_domain());
   deferred_domain& domain = teardown::deferred::default_domain();
-  EXPECT_EQ(domain.threshold(), 64 * kib);
+  // The allocator's (allocator_tuning.hpp): 64 KiB under glibc, 16 KiB under jemalloc.
+  const teardown::deferred_tuning tuning = teardown::deferred_tuning_for(teardown::detect_allocator());
+  EXPECT_EQ(domain.threshold(), tuning.threshold);
+  EXPECT_EQ(domain.threshold(), teardown::detect_allocator() == teardown::allocator_kind::jemalloc ? 16 * kib : 64 * kib);
+  EXPECT_EQ(domain.min_blocks(), tuning.min_blocks);
+  EXPECT_EQ(domain.cached_below(), tuning.cached_below);
   EXPECT_EQ(domain.max_pending(), deferred_domain::default_max_pending());
   EXPECT_GT(domain.max_pending(), 0u);
   EXPECT_LE(domain.max_pending(), teardown::budget::max_cap);
@@ -671,6 +677,89 @@ TEST_F(DeferredTest, MunmapFailureIsThrownInlineAndCountedOnTheReaper) {
 }
 
 // --- Big buffers -------------------------------------------------------------------------------
+
+// --- the decision by blocks (allocator_tuning.hpp) -------------------------------------------
+
+TEST_F(DeferredTest, BlocksAreCountedFromTheType) {
+  EXPECT_EQ(teardown::deferred_blocks(std::vector<char>(1000)), 1u) << "one buffer";
+  EXPECT_EQ(teardown::deferred_blocks(std::list<int>(7)), 8u) << "a node per element, and the list";
+  std::vector<std::unique_ptr<int>> owners(5);
+  EXPECT_EQ(teardown::deferred_blocks(owners), 6u) << "elements that own memory: one each";
+  EXPECT_EQ(teardown::deferred_blocks(std::map<int, int>{{1, 1}, {2, 2}}), 3u);
+  destruction_log log;
+  EXPECT_EQ(teardown::deferred_blocks(tracked{&log, 1}), 0u) << "its own teardown_cost: unknown";
+  EXPECT_EQ(teardown::deferred_blocks(std::array<int, 4>{}), 1u);
+}
+
+// min_blocks: an object of that many blocks is deferred though its bytes are below the
+// threshold; one block fewer is not. Unknown blocks (a teardown_cost, a cost function) and
+// unmaps are judged by their bytes alone.
+TEST_F(DeferredTest, AnObjectOfMinBlocksIsDeferredWhateverItsBytes) {
+  teardown::deferred_domain_options opts = test_options();
+  opts.threshold = mib;
+  opts.min_blocks = 16;
+  deferred_domain domain(opts);
+  domain.freeze();
+  EXPECT_EQ(domain.delete_object(new std::list<int>(14)), decision::inline_ineligible) << "15 blocks: the list and 14";
+  EXPECT_EQ(domain.delete_object(new std::list<int>(15)), decision::queued) << "16 blocks, 84 bytes";
+  EXPECT_EQ(domain.delete_object(new std::vector<std::unique_ptr<int>>(15)), decision::queued);
+  EXPECT_EQ(domain.delete_object(new std::vector<char>(1000)), decision::inline_ineligible);
+  destruction_log log;
+  EXPECT_EQ(domain.delete_object(new tracked{&log, 1000}), decision::inline_ineligible) << "its bytes decide";
+  EXPECT_EQ(domain.stats().queued, 2u);
+  EXPECT_EQ(domain.stats().inline_small, 3u);
+  domain.thaw();
+  domain.flush();
+  EXPECT_EQ(domain.stats().reaped, 2u);
+  EXPECT_EQ(domain.stats().pending, 0u);
+
+  opts.min_blocks = 0;  // off: bytes only
+  deferred_domain bytes_only(opts);
+  EXPECT_EQ(bytes_only.delete_object(new std::list<int>(1000)), decision::inline_ineligible);
+}
+
+// cached_below: under it an object whose blocks the type says is judged by its blocks alone
+// (the allocator keeps blocks that size: freeing one costs no more than queuing it).
+TEST_F(DeferredTest, BelowCachedBelowOneBigBlockIsFreedInlineAndManyAreDeferred) {
+  teardown::deferred_domain_options opts = test_options();
+  opts.threshold = 64 * kib;
+  opts.min_blocks = 16;
+  opts.cached_below = 8 * mib;
+  deferred_domain domain(opts);
+  domain.freeze();
+  EXPECT_EQ(domain.delete_object(new std::vector<char>(4 * mib)), decision::inline_ineligible) << "one block";
+  EXPECT_EQ(domain.delete_object(new std::vector<char>(8 * mib)), decision::queued) << "at cached_below: its bytes";
+  EXPECT_EQ(domain.delete_object(new std::list<int>(100)), decision::queued) << "many blocks";
+  destruction_log log;
+  EXPECT_EQ(domain.delete_object(new tracked{&log, 4 * mib}), decision::queued) << "blocks unknown: its bytes";
+  EXPECT_EQ(domain.delete_object(new plain{&log}, [](const plain&) { return 4 * mib; }), decision::queued)
+      << "a cost function: its bytes";
+  void* range = mmap(nullptr, 4 * mib, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(range, MAP_FAILED);
+  EXPECT_EQ(domain.unmap(range, 4 * mib), decision::queued) << "a range: its bytes";
+  domain.thaw();
+  domain.flush();
+  EXPECT_EQ(domain.stats().reaped, domain.stats().queued);
+  EXPECT_EQ(log.count(), 2);
+}
+
+TEST_F(DeferredTest, EachAllocatorHasTheTuningItsSweepsChose) {
+  using teardown::allocator_kind;
+  using teardown::deferred_tuning_for;
+  constexpr std::uint64_t unlimited = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_EQ(deferred_tuning_for(allocator_kind::glibc).threshold, 64 * kib);
+  EXPECT_EQ(deferred_tuning_for(allocator_kind::glibc).cached_below, 0u);
+  EXPECT_EQ(deferred_tuning_for(allocator_kind::jemalloc).threshold, 16 * kib);
+  EXPECT_EQ(deferred_tuning_for(allocator_kind::tcmalloc).cached_below, unlimited);
+  EXPECT_EQ(deferred_tuning_for(allocator_kind::mimalloc).cached_below, 32 * mib);
+  EXPECT_EQ(deferred_tuning_for(allocator_kind::mimalloc).min_blocks, 64u);
+  EXPECT_EQ(deferred_tuning_for(allocator_kind::other).threshold, 64 * kib);
+  const teardown::deferred_domain_options defaults;
+  const teardown::deferred_tuning here = deferred_tuning_for(teardown::detect_allocator());
+  EXPECT_EQ(defaults.threshold, here.threshold);
+  EXPECT_EQ(defaults.min_blocks, here.min_blocks);
+  EXPECT_EQ(defaults.cached_below, here.cached_below);
+}
 
 TEST_F(DeferredTest, SixtyFourMiBVectorIsFreedOffThread) {
   deferred_domain domain(test_options());
@@ -1084,7 +1173,7 @@ TEST_F(DeferredTest, DesignatedOptionsKeepEveryOtherDefaultOfDeferred) {
   EXPECT_EQ(log.count(), 1);
   expect_on_the_reaper(log, domain.stats());  // the reaper has deferred's name
   const teardown::deferred_domain_options defaults;
-  EXPECT_EQ(defaults.threshold, deferred_domain::default_threshold);
+  EXPECT_EQ(defaults.threshold, teardown::default_deferred_tuning().threshold);
   EXPECT_EQ(defaults.trim.after, deferred_domain::default_trim_after);
   EXPECT_EQ(defaults.shared_budget, deferred_domain::default_budget());
   EXPECT_EQ(defaults.reaper.name, "deferred_delete");
@@ -1102,7 +1191,7 @@ TEST_F(DeferredTest, OldNamesStillWorkWithTheSameValues) {
   converted.sync_when_stalled = false;
   converted.reaper.nice = 17;  // then 18 below: a raise of the value, which any user may make
   deferred_domain domain(converted);
-  EXPECT_EQ(domain.threshold(), deferred_domain::default_threshold);
+  EXPECT_EQ(domain.threshold(), teardown::default_deferred_tuning().threshold);
   EXPECT_EQ(domain.max_pending(), deferred_domain::default_budget()->cap());
 
   destruction_log log;

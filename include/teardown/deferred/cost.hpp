@@ -15,6 +15,14 @@
 // characters. Give such types a teardown_cost; teardown::deferred_cost(object) is steps 2-5, to
 // build one on. A cost function that throws is counted in errors; that object is deleted inline.
 //
+// Blocks. Bytes are what a free gives back; what it costs the caller depends on the allocator:
+// glibc and jemalloc return a big block's pages at its free (a munmap or a purge), tcmalloc and
+// mimalloc keep them, and there a free costs per block freed whatever the size. So
+// deferred_blocks(object) estimates the blocks the deletion frees: 1 + size() for a node
+// container (4) and for a capacity container (3) of elements that are not trivially
+// destructible (each may own a block), 1 for any other 3 or 5, 0 (unknown) for 1 and 2. A
+// deferred_domain defers an object of at least min_blocks blocks whatever its bytes.
+//
 // Any thread; as thread-safe as the object's own const members. No ordering of its own.
 // Design: docs/design.md, "deferred.hpp: what an object costs".
 #pragma once
@@ -22,6 +30,7 @@
 #include <concepts>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace teardown {
 
@@ -84,6 +93,28 @@ std::uint64_t deferred_cost(const T& object) {
                                    sizeof(typename T::value_type));
   } else {
     return sizeof(T);
+  }
+}
+
+/// How many heap blocks deleting `object` frees, as far as its type says (see the header
+/// comment): what a free costs under an allocator that caches freed memory is its count of
+/// free() calls, not its bytes. 0: unknown (a type with its own teardown_cost: its bytes decide).
+template <class T>
+std::uint64_t deferred_blocks(const T& object) {
+  if constexpr (has_teardown_cost<T>) {
+    return 0;
+  } else if constexpr (detail::capacity_container<T>) {
+    // The buffer, and a block per element where elements own memory (an estimate: a short
+    // std::string owns none).
+    if constexpr (std::is_trivially_destructible_v<typename T::value_type>) {
+      return 1;
+    } else {
+      return 1 + static_cast<std::uint64_t>(object.size());
+    }
+  } else if constexpr (detail::sized_container<T>) {
+    return 1 + static_cast<std::uint64_t>(object.size());  // a node per element (a deque's are fewer)
+  } else {
+    return 1;
   }
 }
 

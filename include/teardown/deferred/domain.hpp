@@ -54,10 +54,12 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -69,6 +71,7 @@
 #include "teardown/async_teardown.hpp"
 #include "teardown/budget.hpp"
 #include "teardown/counter.hpp"
+#include "teardown/deferred/allocator_tuning.hpp"
 #include "teardown/deferred/cost.hpp"
 #include "teardown/deferred/node.hpp"
 #include "teardown/detail/fatal.hpp"
@@ -167,7 +170,11 @@ struct deferred_stats {
 /// async_teardown_options' fields of the same names mean; there is no pool (one reaper).
 struct deferred_domain_options {
   bool enabled = true;                            // the toggle's initial state
-  std::uint64_t threshold = std::uint64_t{64} << 10;  // bytes below which deletion is inline
+  // Bytes below which deletion is inline, and the two rules for heap objects beside it (see
+  // "Knobs"): the allocator's (allocator_tuning.hpp), found at run time.
+  std::uint64_t threshold = default_deferred_tuning().threshold;
+  std::uint64_t min_blocks = default_deferred_tuning().min_blocks;      // deferred from this many blocks
+  std::uint64_t cached_below = default_deferred_tuning().cached_below;  // blocks, not bytes, below
   // The cap: unset (budget::max_cap) means the shared budget's; set by hand, a budget of the
   // domain's own with this cap (shared_budget, if it is default_budget(), is dropped).
   std::uint64_t max_pending = budget::max_cap;
@@ -230,14 +237,18 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
   /// cannot start. `deferred_domain d({.threshold = 1 << 20})` keeps every other default of
   /// deferred_domain_options.
   explicit deferred_domain(deferred_domain_options opts = {})
-      : unmap_chunk_(detail::validated_unmap_chunk(opts.unmap_chunk)), async_(queue_options(std::move(opts))) {}
+      : unmap_chunk_(detail::validated_unmap_chunk(opts.unmap_chunk)),
+        threshold_(opts.threshold),
+        min_blocks_(opts.min_blocks),
+        cached_below_(opts.cached_below),
+        async_(queue_options(std::move(opts))) {}
 
   /// The old constructor, one release: async_teardown_options carry async_teardown's defaults
   /// (no shared budget, a cap of 2^48, a worker named "async_teardown"), not deferred's.
   template <class Options>
     requires std::same_as<Options, async_teardown_options>
   [[deprecated("pass deferred_domain_options (deferred's defaults)")]] explicit deferred_domain(Options opts)
-      : async_(own_cap_if_set(std::move(opts))) {}
+      : threshold_(opts.threshold), async_(without_threshold(own_cap_if_set(std::move(opts)))) {}
 
   /// Frees everything still queued (the reaper drains it), then joins the reaper. May block,
   /// without limit (stop_for first bounds the wait). Every deleter naming this domain must
@@ -261,29 +272,14 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
   /// counted). No memory for the node: inline_no_memory (counted in inline_no_memory).
   template <class T>
   decision delete_object(T* object) noexcept {
-    return delete_object(object, [](const T& o) { return deferred_cost(o); });
+    return delete_costed(object, [](const T& o) { return deferred_cost(o); }, /*by_lookup=*/true);
   }
 
-  /// The same with a cost function: cost(const T&) -> bytes.
+  /// The same with a cost function: cost(const T&) -> bytes (its blocks unknown: the bytes decide).
   template <class T, class Cost>
     requires std::invocable<Cost&, const T&>
   decision delete_object(T* object, Cost&& cost) noexcept {
-    static_assert(!std::is_void_v<T> && sizeof(T) > 0, "deferred delete of an incomplete type");
-    static_assert(!std::is_array_v<T>, "deferred delete of an array: its length is unknown; use a std::vector");
-    static_assert(!std::is_polymorphic_v<T> || std::has_virtual_destructor_v<T>,
-                  "deleting a polymorphic type through a pointer to a base without a virtual destructor");
-    if (object == nullptr) return decision::inline_ineligible;
-    void* const payload = const_cast<void*>(static_cast<const volatile void*>(object));
-    if (!async_.enabled()) {
-      return free_inline(disabled_, "disabled", &detail::delete_as<T>, payload, 0, 0, decision::inline_disabled);
-    }
-    std::uint64_t bytes = 0;
-    try {
-      bytes = static_cast<std::uint64_t>(std::invoke(cost, std::as_const(*object)));
-    } catch (...) {
-      return free_inline(cost_errors_, "cost_error", &detail::delete_as<T>, payload, 0, 0, decision::inline_ineligible);
-    }
-    return hand_over(&detail::delete_as<T>, payload, 0, bytes);
+    return delete_costed(object, std::forward<Cost>(cost), /*by_lookup=*/false);
   }
 
   /// munmap(addr, length) on the reaper, or inline below the threshold; returns the decision.
@@ -303,8 +299,8 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
     const std::size_t chunk = detail::unmap_chunk_for(bytes, unmap_chunk_, max_unmap_chunks);
     // Below the threshold the small path allocates nothing; above the cap no reservation can
     // succeed, so the range goes inline as one munmap rather than chunk by chunk.
-    if (chunk == 0 || bytes < async_.threshold() || bytes > async_.max_pending()) {
-      return hand_over(&detail::unmap_range, addr, length, bytes);
+    if (chunk == 0 || bytes < threshold() || bytes > async_.max_pending()) {
+      return hand_over(&detail::unmap_range, addr, length, bytes, bytes >= threshold());
     }
     return hand_over_chunks(static_cast<char*>(addr), length, bytes, chunk);
   }
@@ -329,8 +325,11 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
   void disable() { async_.disable(); }
   void set_enabled(bool on) { async_.set_enabled(on); }
 
-  std::uint64_t threshold() const noexcept { return async_.threshold(); }
-  void set_threshold(std::uint64_t bytes) noexcept { async_.set_threshold(bytes); }
+  std::uint64_t threshold() const noexcept { return threshold_.load(std::memory_order_relaxed); }
+  void set_threshold(std::uint64_t bytes) noexcept { threshold_.store(bytes, std::memory_order_relaxed); }
+  /// Options' min_blocks and cached_below (see "Knobs"), fixed at construction.
+  std::uint64_t min_blocks() const noexcept { return min_blocks_; }
+  std::uint64_t cached_below() const noexcept { return cached_below_; }
   std::uint64_t max_pending() const noexcept { return async_.max_pending(); }
   /// Throws std::invalid_argument, changing nothing, above budget::max_cap. On a shared budget
   /// (default_options()) it sets the shared cap, for every domain sharing it.
@@ -394,7 +393,7 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
   static async_teardown_options queue_options(deferred_domain_options&& opts) {
     async_teardown_options queue;
     queue.enabled = opts.enabled;
-    queue.threshold = opts.threshold;
+    queue.threshold = 0;  // judged here (worth_deferring), before a node is made
     queue.max_pending = opts.max_pending;
     queue.shared_budget = std::move(opts.shared_budget);
     queue.sync_when_stalled = opts.sync_when_stalled;
@@ -404,6 +403,11 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
     queue.hurry_at = opts.hurry_at;
     queue.worker = std::move(opts.worker);
     return own_cap_if_set(std::move(queue));
+  }
+
+  static async_teardown_options without_threshold(async_teardown_options&& opts) {
+    opts.threshold = 0;  // judged here, as queue_options' (threshold_ took it)
+    return std::move(opts);
   }
 
   // "Start from the defaults and set max_pending" asks for that cap: a budget of its own.
@@ -435,10 +439,48 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
     }
   }
 
-  // The cost is known: inline below the threshold; otherwise a node, and put() decides.
-  decision hand_over(detail::free_function free_payload, void* payload, std::size_t length, std::uint64_t bytes) {
+  // delete_object's body; by_lookup: the cost is the lookup's, so the type's blocks are known too.
+  template <class T, class Cost>
+  decision delete_costed(T* object, Cost&& cost, bool by_lookup) noexcept {
+    static_assert(!std::is_void_v<T> && sizeof(T) > 0, "deferred delete of an incomplete type");
+    static_assert(!std::is_array_v<T>, "deferred delete of an array: its length is unknown; use a std::vector");
+    static_assert(!std::is_polymorphic_v<T> || std::has_virtual_destructor_v<T>,
+                  "deleting a polymorphic type through a pointer to a base without a virtual destructor");
+    if (object == nullptr) return decision::inline_ineligible;
+    void* const payload = const_cast<void*>(static_cast<const volatile void*>(object));
+    if (!async_.enabled()) {
+      return free_inline(disabled_, "disabled", &detail::delete_as<T>, payload, 0, 0, decision::inline_disabled);
+    }
+    std::uint64_t bytes = 0;
+    std::uint64_t blocks = 0;
+    try {
+      bytes = static_cast<std::uint64_t>(std::invoke(cost, std::as_const(*object)));
+      if (by_lookup) blocks = deferred_blocks(std::as_const(*object));
+    } catch (...) {
+      return free_inline(cost_errors_, "cost_error", &detail::delete_as<T>, payload, 0, 0, decision::inline_ineligible);
+    }
+    return hand_over(&detail::delete_as<T>, payload, 0, bytes, worth_deferring(bytes, blocks));
+  }
+
+
+  // The bytes against the threshold, and for a heap object whose blocks the type says (blocks
+  // != 0): below cached_below its blocks alone decide; from min_blocks it is deferred whatever
+  // its bytes (see "Knobs").
+  bool worth_deferring(std::uint64_t bytes, std::uint64_t blocks) const noexcept {
+    bool defer = bytes >= threshold();
+    if (blocks != 0) {
+      if (bytes < cached_below_) defer = false;
+      if (min_blocks_ != 0 && blocks >= min_blocks_) defer = true;
+    }
+    return defer;
+  }
+
+  // The cost is known and judged: inline if not worth deferring; otherwise a node, and put()
+  // decides (the queue's own threshold is 0: this domain judges).
+  decision hand_over(detail::free_function free_payload, void* payload, std::size_t length, std::uint64_t bytes,
+                     bool defer) {
     // No node for what is deleted inline anyway: the small path allocates nothing.
-    if (bytes < async_.threshold()) {
+    if (!defer) {
       return free_inline(small_, "ineligible", free_payload, payload, length, bytes, decision::inline_ineligible);
     }
     detail::deferred_node* node = detail::allocate_node();
@@ -483,6 +525,25 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
         throw;
       }
       if (chain.empty()) return decision::inline_no_memory;
+      // What was built is judged on its own, as put_chain would judge a chain (its sum).
+      // Every piece is unmapped even if one munmap fails; the first error is thrown.
+      if (std::min<std::uint64_t>(offset, bytes) < threshold()) {
+        std::exception_ptr first_error;
+        while (detail::deferred_node* node = chain.pop_front()) {
+          void* const piece = node->payload;
+          const std::size_t piece_length = node->length;
+          const std::uint64_t charge = node->charge;
+          delete node;
+          try {
+            (void)free_inline(small_, "ineligible", &detail::unmap_range, piece, piece_length, charge,
+                              decision::inline_ineligible);
+          } catch (...) {
+            if (!first_error) first_error = std::current_exception();
+          }
+        }
+        if (first_error) std::rethrow_exception(first_error);
+        return decision::inline_ineligible;
+      }
     }
     return async_.put_chain(std::move(chain));  // unmaps every chunk inline if it does not queue them
   }
@@ -503,6 +564,9 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
   sharded_counter cost_errors_;
   sharded_counter disabled_;
   const std::size_t unmap_chunk_ = default_unmap_chunk;  // checked before async_ starts a thread
+  std::atomic<std::uint64_t> threshold_;  // set_threshold; relaxed, a knob as async_teardown's
+  const std::uint64_t min_blocks_ = 0;
+  const std::uint64_t cached_below_ = 0;
   queue_type async_;  // last: destroyed (drained) first
 };
 
