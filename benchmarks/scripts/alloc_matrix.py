@@ -121,8 +121,8 @@ def matrix_rows(doc):
     return [row for row in doc["rows"] if row["part"] == "matrix"]
 
 
-def sweep_rows(doc):
-    return [row for row in doc["rows"] if row["part"] == "sweep"]
+def sweep_rows(doc, part="sweep"):
+    return [row for row in doc["rows"] if row["part"] == part]
 
 
 def markdown_matrix(runs):
@@ -172,8 +172,8 @@ def goals(runs):
     return met, missed
 
 
-def crossover(points):
-    """points: [(size_kib, inline_ns, deferred_ns)] by size -> the smallest size from which on
+def crossover(points, unit="KiB"):
+    """points: [(size, inline_ns, deferred_ns)] by size -> the smallest size from which on
     deferred <= inline, as text."""
     wins_from = None
     for size, inline_ns, deferred_ns in reversed(points):
@@ -181,22 +181,23 @@ def crossover(points):
             break
         wins_from = size
     if wins_from is None:
-        return f"loses at every size up to {points[-1][0]} KiB"
+        return f"loses at every size up to {points[-1][0]} {unit}"
     if wins_from == points[0][0]:
-        return f"wins from {wins_from} KiB (every size)"
-    return f"loses below {wins_from} KiB"
+        return f"wins from {wins_from} {unit} (every size)"
+    return f"loses below {wins_from} {unit}"
 
 
-def markdown_sweep(runs):
+def markdown_sweep(runs, part="sweep", key="size_kib", unit="KiB"):
+    label = "size KiB" if key == "size_kib" else "blocks"
     lines = [
-        "| allocator | size KiB | warm: inline ns | deferred ns | ratio | cold: inline ns | deferred ns | ratio |",
+        f"| allocator | {label} | warm: inline ns | deferred ns | ratio | cold: inline ns | deferred ns | ratio |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     verdicts = []
     for name, doc in runs:
         by_size = {}
-        for row in sweep_rows(doc):
-            by_size.setdefault(row["size_kib"], {})[row["mode"]] = row
+        for row in sweep_rows(doc, part):
+            by_size.setdefault(row[key], {})[row["mode"]] = row
         warm, cold = [], []
         for size in sorted(by_size):
             inl, de = by_size[size].get("inline"), by_size[size].get("deferred")
@@ -209,7 +210,8 @@ def markdown_sweep(runs):
             lines.append(f"| {name} | {size} | {fmt(wi)} | {fmt(wd)} | {ratio(wd, wi)} "
                          f"| {fmt(ci)} | {fmt(cd)} | {ratio(cd, ci)} |")
         if warm:
-            verdicts.append(f"- {name}: warm, deferring {crossover(warm)}; cold, deferring {crossover(cold)}")
+            verdicts.append(f"- {name}: warm, deferring {crossover(warm, unit)}; cold, deferring "
+                            f"{crossover(cold, unit)}")
     return lines, verdicts
 
 
@@ -318,6 +320,10 @@ def write_report(out_dir, document):
     sweep_lines, verdicts = markdown_sweep(runs)
     report += ["", "## The crossover sweep (markdown, ns per object on the caller)", ""] + sweep_lines + [""]
     report += verdicts
+    node_lines, node_verdicts = markdown_sweep(runs, "node_sweep", "nodes", "blocks")
+    if len(node_lines) > 2:
+        report += ["", "## The node sweep (markdown, ns per object of 64-byte blocks on the caller)", ""]
+        report += node_lines + [""] + node_verdicts
     (out_dir / "alloc_matrix.txt").write_text("\n".join(report) + "\n")
     print("\n".join(report[report.index("## The matrix (markdown)"):]), file=sys.stderr)
     print(f"alloc_matrix.py: wrote {out_dir / 'alloc_matrix.txt'} and alloc_matrix.json ({document['seconds']:.0f} s)",

@@ -46,6 +46,10 @@
 //                       any thread; as reaper's.
 //   run, work_fd        driven mode (options' driven, one_reaper): reaper's, for every
 //                       sharer's items; a sharer's run and work_fd forward here.
+//   add_batch_end, remove_batch_end
+//                       the compositions' (their trims at the worker's batch end, after the
+//                       options' own after_batch); any thread; a mutex, held by the worker
+//                       while it calls them, so remove waits for a call in progress.
 //   destructor          stop(). It is destroyed when its last holder goes: every composition
 //                       holds it (std::shared_ptr), so it outlives each of them.
 //
@@ -65,9 +69,11 @@
 #include <concepts>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
@@ -220,18 +226,50 @@ class shared_worker final : public shared_worker_base {
   /// The worker(s) themselves, for the compositions (not part of the API).
   workers_type& workers() noexcept { return workers_; }
 
+  /// The sharers' batch ends (a composition's trim), for the compositions: `end(key)` is called
+  /// on the worker after each batch, and once after request_after_batch() on the workers, until
+  /// remove_batch_end(key) returns (which waits for a call in progress). Not part of the API.
+  void add_batch_end(void* key, void (*end)(void*)) {
+    const std::lock_guard lock(batch_ends_mutex_);
+    batch_ends_.push_back({key, end});
+  }
+  void remove_batch_end(void* key) noexcept {
+    const std::lock_guard lock(batch_ends_mutex_);
+    std::erase_if(batch_ends_, [key](const batch_end& e) { return e.key == key; });
+  }
+
  private:
   static bool polls(const options_type& opts) noexcept {
     if constexpr (requires { opts.poll_interval; }) return opts.poll_interval.count() != 0;
     else return opts.worker.poll_interval.count() != 0;
   }
-  options_type with_domain(options_type opts) const {
-    if constexpr (requires { opts.trace_domain; }) opts.trace_domain = trace_domain_;
-    else opts.worker.trace_domain = trace_domain_;
+  options_type with_domain(options_type opts) {
+    auto& worker = [&]() -> reaper_options& {
+      if constexpr (requires { opts.trace_domain; }) return opts;
+      else return opts.worker;
+    }();
+    worker.trace_domain = trace_domain_;
+    worker.after_batch = [this, theirs = std::move(worker.after_batch)] {
+      if (theirs) theirs();
+      run_batch_ends();
+    };
     return opts;
   }
 
+  // On the worker. Under the mutex: a sharer that removes itself waits for its call to end.
+  void run_batch_ends() noexcept {
+    const std::lock_guard lock(batch_ends_mutex_);
+    for (const batch_end& e : batch_ends_) e.end(e.key);
+  }
+
+  struct batch_end {
+    void* key;
+    void (*end)(void*);
+  };
+
   const std::uint64_t trace_domain_ = trace::new_domain();
+  std::mutex batch_ends_mutex_;
+  std::vector<batch_end> batch_ends_;  // the sharers' (batch_ends_mutex_)
   workers_type workers_;  // last: stopped (drained) first
 };
 

@@ -333,6 +333,27 @@ TEST_F(AllocatorTrimTest, WhatADrainFreedIsTrimmedOnAnIdlePoolWorker) {
 
 // Once a shared worker has stopped, every sharer's puts are torn down on the putting thread:
 // none of those teardowns trims there (nor anywhere: the worker is gone).
+// On a shared worker too: what a sharer freed inline is trimmed at the worker's batch end (the
+// sharers' batch ends, shared_worker::add_batch_end), and a flush settles there as well.
+TEST_F(AllocatorTrimTest, ASharedWorkersSharerIsTrimmedForItsInlineFreesAndAtAFlush) {
+  auto worker = std::make_shared<teardown::deferred_worker>();
+  teardown::deferred_domain_options opts = trimming_options("trim_sharer");
+  opts.worker = worker;
+  opts.threshold = std::uint64_t{1} << 30;  // inline
+  opts.trim.after = std::uint64_t{4} << 20;
+  teardown::deferred_domain domain(std::move(opts));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(domain.delete_object(new buffer(std::size_t{1} << 20)), teardown::decision::inline_ineligible);
+  }
+  ASSERT_TRUE(trim_recorder::wait_for(1)) << "4 MiB freed inline by a sharer were never trimmed";
+  EXPECT_NE(trim_recorder::calls().front(), current_tid()) << "the trim ran on the deleting thread";
+  domain.set_threshold(0);
+  EXPECT_EQ(domain.delete_object(new buffer(std::size_t{1} << 20)), teardown::decision::queued);
+  domain.flush();
+  EXPECT_EQ(domain.stats().trim.trims, 2u) << "the flush returned with 1 MiB freed on the shared worker untrimmed";
+  for (const pid_t caller : trim_recorder::calls()) EXPECT_NE(caller, current_tid());
+}
+
 TEST_F(AllocatorTrimTest, AStoppedSharedWorkersInlineTeardownsNeverTrim) {
   auto worker = std::make_shared<teardown::deferred_worker>();
   teardown::deferred_domain_options opts = trimming_options("trim_shared");

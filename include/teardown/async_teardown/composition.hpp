@@ -122,7 +122,10 @@ class async_teardown
             "worker, or inside its drain); that callback would go on using the freed object. Destroy it from "
             "another thread, after drain returns.\n");
       }
-      if (shared()) this->stop();  // its items off the shared worker before its members go
+      if (shared()) {
+        this->stop();  // its items off the shared worker before its members go
+        if constexpr (shareable) shared_->remove_batch_end(this);  // waits for a trim of ours in progress
+      }
     }
   }
 
@@ -277,9 +280,9 @@ class async_teardown
       // release: pairs with the acquire read in stats().
       if (result.items != 0) drained_.add(result.items, std::memory_order_release);
       // What the drain freed is counted (reap) but never trimmed here, on a caller: the worker
-      // trims it, asked to run its batch-end call even if nothing else is queued. A shared
-      // worker has no batch-end call of ours: there it waits for this composition's next item.
-      if (result.items != 0 && trimmer_.due() && !shared()) {
+      // trims it, asked to run its batch-end call even if nothing else is queued (a shared
+      // worker's runs every sharer's, ours among them).
+      if (result.items != 0 && trimmer_.due()) {
         on_workers([](auto& workers) { workers.request_after_batch(); });
       }
     }
@@ -481,7 +484,13 @@ class async_teardown
     if constexpr (compiled_out) {
       return std::nullopt;
     } else {
-      if (self->shared()) return std::nullopt;
+      if (self->shared()) {
+        // Unregistered by the destructor, once this composition's items are off the worker.
+        if constexpr (shareable) {
+          if (self->trimmer_.enabled()) self->shared_->add_batch_end(self, &trim_at_batch_end);
+        }
+        return std::nullopt;
+      }
       opts.reaper.trace_domain = self->trace_domain_;  // the boost events are this composition's
       if (self->trimmer_.enabled()) {
         // On the worker(s) only: a trim never runs on a producer.
@@ -552,7 +561,7 @@ class async_teardown
     if constexpr (!compiled_out) {
       if (cost == 0 || !trimmer_.enabled()) return;
       trimmer_.freed(cost);
-      if (why != decision::inline_stopped && !shared() && trimmer_.due()) {
+      if (why != decision::inline_stopped && trimmer_.due()) {
         on_workers([](auto& workers) { workers.request_after_batch(); });
       }
     }
@@ -597,16 +606,13 @@ class async_teardown
         throw;
       }
     }
-    // No after_batch of its own on a shared worker: a trim when due after each item, on the
-    // worker only: never in a drain, nor on a producer that tears down inline once the shared
-    // worker has stopped (after its stop nothing trims).
-    if (draining_ != this && trimmer_.due() && on_shared_worker()) (void)trimmer_.after_batch();
+    // The trim is the shared worker's batch end (trim_at_batch_end), on the worker only.
   }
 
-  // The calling thread is one of the shared worker's (or, driven, the one running it).
-  bool on_shared_worker() const noexcept {
-    if constexpr (shareable && !compiled_out) return shared_->workers().in_own_callback();
-    else return false;
+  // A shared worker's batch end for this composition (shared_worker::add_batch_end): its trim
+  // when due, on the worker, as its own reaper's after_batch would.
+  static void trim_at_batch_end(void* self) noexcept {
+    (void)static_cast<async_teardown*>(self)->trimmer_.after_batch();
   }
 
   Traits traits_;

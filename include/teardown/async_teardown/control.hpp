@@ -253,9 +253,8 @@ class async_control {
     }
 
    private:
-    // A shared worker has no batch end of ours: there it trims after our items only.
     bool ask_for_trim() noexcept {
-      if (!trimmer_.due() || owner_.shared()) return false;
+      if (!trimmer_.due()) return false;
       owner_.on_workers([](auto& workers) { workers.request_after_batch(); });
       return true;
     }

@@ -29,8 +29,11 @@
 // freed_inline, small, rejected, no_memory, pending_bytes, max_pending, trims, trimmed_bytes,
 // trim_cpu_ns.
 //
-// Knobs (deferred_domain_options{}): threshold 64 KiB (below it deleting inline is cheaper than
-// queuing); max_pending: a quarter of memory (memory_limit.hpp), ONE cap shared by every domain
+// Knobs (deferred_domain_options{}): threshold, min_blocks and cached_below by the allocator
+// that serves malloc (allocator_tuning.hpp: under glibc 64 KiB, 16 blocks, 0): an object is
+// deferred if its bytes reach the threshold, unless the type says its blocks (deferred_blocks)
+// and its bytes are under cached_below, or if its blocks reach min_blocks; a range by its bytes
+// alone. max_pending: a quarter of memory (memory_limit.hpp), ONE cap shared by every domain
 // on the defaults (default_budget()): set max_pending for a budget of the domain's own;
 // sync_when_stalled; trim.after = 64 MiB (the reaper runs the allocator's purge after batches
 // that freed that much); reaper named "deferred_delete", nice 19, on the housekeeping CPUs; unmap_chunk
