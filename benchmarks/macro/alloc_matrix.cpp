@@ -671,7 +671,8 @@ int main(int argc, char** argv) {
       for (const int kib : opts.sweep_kib) {
         const std::size_t bytes = static_cast<std::size_t>(kib) << 10;
         sweep_point("sweep", "size_kib", kib, sweep_count(bytes, opts.scale),
-                    [bytes](std::size_t count, bool deferred) { return run_sweep(bytes, count, deferred); }, sweep_table);
+                    [bytes](std::size_t count, bool deferred) { return run_sweep(bytes, count, deferred); },
+                    sweep_table);
       }
       for (const int nodes : opts.sweep_nodes) {
         const auto n = static_cast<std::size_t>(nodes);

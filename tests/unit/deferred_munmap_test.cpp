@@ -96,7 +96,8 @@ std::vector<std::pair<std::uintptr_t, std::uintptr_t>> mappings_of(ino_t inode) 
     unsigned long long ino = 0;
     if (!(fields >> range >> perms >> offset >> device >> ino) || ino != inode) continue;
     const std::size_t dash = range.find('-');
-    found.emplace_back(std::stoull(range.substr(0, dash), nullptr, 16), std::stoull(range.substr(dash + 1), nullptr, 16));
+    found.emplace_back(std::stoull(range.substr(0, dash), nullptr, 16),
+                       std::stoull(range.substr(dash + 1), nullptr, 16));
   }
   return found;
 }

@@ -345,7 +345,8 @@ TEST_F(DeferredTest, DefaultDomainIsOneInstanceWithTheDocumentedDefaults) {
   // The allocator's (allocator_tuning.hpp): 64 KiB under glibc, 16 KiB under jemalloc.
   const teardown::deferred_tuning tuning = teardown::deferred_tuning_for(teardown::detect_allocator());
   EXPECT_EQ(domain.threshold(), tuning.threshold);
-  EXPECT_EQ(domain.threshold(), teardown::detect_allocator() == teardown::allocator_kind::jemalloc ? 16 * kib : 64 * kib);
+  const bool jemalloc = teardown::detect_allocator() == teardown::allocator_kind::jemalloc;
+  EXPECT_EQ(domain.threshold(), jemalloc ? 16 * kib : 64 * kib);
   EXPECT_EQ(domain.min_blocks(), tuning.min_blocks);
   EXPECT_EQ(domain.cached_below(), tuning.cached_below);
   EXPECT_EQ(domain.max_pending(), deferred_domain::default_max_pending());
