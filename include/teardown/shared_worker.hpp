@@ -46,12 +46,9 @@
 //                       any thread; as reaper's.
 //   run, work_fd        driven mode (options' driven, one_reaper): reaper's, for every
 //                       sharer's items; a sharer's run and work_fd forward here.
-//   add_batch_end, remove_batch_end
-//                       the compositions' (their trims at the worker's batch end, after the
-//                       options' own after_batch); any thread; a mutex, held by the worker
-//                       while it calls them, so remove waits for a call in progress.
-//   destructor          stop(). It is destroyed when its last holder goes: every composition
-//                       holds it (std::shared_ptr), so it outlives each of them.
+//   add_batch_end, remove_batch_end   the compositions' trims at the batch end; any thread; a
+//                       mutex the worker holds while it calls them (remove waits for a call).
+//   destructor          stop(); it outlives each composition (each holds a std::shared_ptr).
 //
 // Memory ordering: the item (its owner slot included, written before the enqueue) reaches the worker through the
 // queue (release add, acquire del_all). The gate, one 32-bit word per composition (a closed bit and the puts in
