@@ -557,7 +557,7 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
     counter.add();
     trace::sync(reinterpret_cast<std::uintptr_t>(payload), bytes, reason, async_.trace_domain());
     free_payload(payload, length);
-    async_.note_inline_free(bytes, why);  // the trimmer's too
+    async_.note_inline_free(bytes);  // the trimmer's too
     return why;
   }
 
