@@ -110,6 +110,22 @@ plants = {
                              "  (void)current_side;", 'BarrierTest.ASettlerAfterOneThatGaveUp*', 'barrier_test'),
  'emit_twice': (T, "if (fn == nullptr || std::find(called.begin(), called.begin() + calls, fn) != "
                 "called.begin() + calls) continue;", "if (fn == nullptr) continue;", 'ScheduleTest.OneEmit*'),
+ # The trimmer's protocol (allocator_trim_test: gates and flushes, not the scheduler) and the
+ # deferred domain's decision (deferred_test):
+ 'flush_unsettled': (H + 'async_teardown/control.hpp',
+                     "      trimmer_.begin_settle();\n      open_ = true;\n      (void)ask_for_trim();", "      return;",
+                     'AllocatorTrimTest.AFlushReturnsOnce*', 'allocator_trim_test'),
+ 'inline_uncounted': (H + 'async_teardown/composition.hpp', "      if (cost != 0) trimmer_.freed(cost);",
+                      "      (void)cost;", 'AllocatorTrimTest.WhatAnInline*:AllocatorTrimTest.ADeferredDomainsSmall*',
+                      'allocator_trim_test'),
+ 'sharer_unregistered': (H + 'async_teardown/composition.hpp',
+                         "          if (self->trimmer_.enabled()) self->shared_->add_batch_end(self, &trim_at_batch_end);",
+                         "          (void)&trim_at_batch_end;", 'AllocatorTrimTest.ASharedWorkersSharer*',
+                         'allocator_trim_test'),
+ 'blocks_ignored': (H + 'deferred/domain.hpp', "      if (min_blocks_ != 0 && blocks >= min_blocks_) defer = true;",
+                    "      (void)min_blocks_;", 'DeferredTest.AnObjectOfMinBlocks*', 'deferred_test'),
+ 'cached_below_ignored': (H + 'deferred/domain.hpp', "      if (bytes < cached_below_) defer = false;",
+                          "      (void)cached_below_;", 'DeferredTest.BelowCachedBelow*', 'deferred_test'),
 }
 names = args.names or list(plants)
 for name in names:
