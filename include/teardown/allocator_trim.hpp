@@ -13,7 +13,8 @@
 // `after` (in the composition's cost units: bytes for a deferred_domain): at most one trim per
 // `after` freed, and at most `after` left untrimmed once the worker is idle. A min_interval
 // caps the rate further, at a price: what is freed within it after a trim waits for a batch
-// after it, and with no further batch stays in the heap.
+// after it, and with no further batch stays in the heap, until a flush (whose trim the interval
+// does not hold back).
 //
 //     allocator_trimmer trimmer({.after = 64 << 20});
 //     trimmer.freed(bytes);      // once the memory is free (after the destroy), any thread
@@ -168,7 +169,9 @@ class allocator_trimmer {
     if (!due()) return false;
     const std::uint64_t now = detail::monotonic_ns();
     std::uint64_t last = last_trim_ns_.load(std::memory_order_relaxed);
-    if (last != 0 && now - last < static_cast<std::uint64_t>(opts_.min_interval.count())) return false;
+    // A settle (a flush waiting for its memory) is not rate-capped: it was asked for.
+    const bool settling = settling_.load(std::memory_order_relaxed) != 0;
+    if (!settling && last != 0 && now - last < static_cast<std::uint64_t>(opts_.min_interval.count())) return false;
     // Claims this trim; a concurrent caller that loses sees the new time and waits its interval.
     if (!last_trim_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return false;
     // Consumes what was counted so far, and only that: a freed() after this exchange stays for

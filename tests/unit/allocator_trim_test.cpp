@@ -305,6 +305,21 @@ TEST_F(AllocatorTrimTest, ADeferredDomainsSmallFreesAreTrimmedOnItsReaper) {
   EXPECT_EQ(domain.stats().inline_small, 4u);
 }
 
+// min_interval caps the batch ends' trims, not a flush's: the flush asked for its memory back.
+TEST_F(AllocatorTrimTest, AFlushTrimsWithinMinInterval) {
+  teardown::async_teardown_options opts = costed_options("trim_interval", 100);
+  opts.trim.min_interval = 1h;
+  costed_domain domain(std::move(opts));
+  costed_item a(100);
+  costed_item b(100);
+  ASSERT_EQ(domain.put(a), teardown::decision::queued);
+  domain.flush();
+  ASSERT_EQ(domain.stats().trim.trims, 1u);
+  ASSERT_EQ(domain.put(b), teardown::decision::queued);
+  domain.flush();
+  EXPECT_EQ(domain.stats().trim.trims, 2u) << "the interval held back the trim a flush waits for";
+}
+
 // Memory a drain freed on its caller is trimmed by the worker, though nothing more is queued.
 TEST_F(AllocatorTrimTest, WhatADrainFreedIsTrimmedOnTheIdleWorker) {
   costed_domain domain(costed_options("trim_after_drain", 100));
