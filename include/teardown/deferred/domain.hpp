@@ -524,7 +524,7 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
         (void)free_inline(no_memory_, to_string(decision::inline_no_memory), &detail::unmap_range, addr + offset,
                           length - offset, bytes - offset, decision::inline_no_memory);
       } catch (...) {
-        while (detail::deferred_node* node = chain.pop_front()) delete node;
+        while (detail::deferred_node* node = chain.pop_front()) detail::release_node(node);
         throw;
       }
       if (chain.empty()) return decision::inline_no_memory;
@@ -536,7 +536,7 @@ class deferred_domain : public detail::forwarded_control<deferred_domain>,
           void* const piece = node->payload;
           const std::size_t piece_length = node->length;
           const std::uint64_t charge = node->charge;
-          delete node;
+          detail::release_node(node);
           try {
             (void)free_inline(small_, "ineligible", &detail::unmap_range, piece, piece_length, charge,
                               decision::inline_ineligible);
