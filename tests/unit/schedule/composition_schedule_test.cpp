@@ -45,7 +45,7 @@ TEST(CompositionScheduleTest, ThawWakesAFlushThatWaitedFromBeforeTheFreeze) {
     opts.spin_polls = 0;
     opts.boost_after = std::chrono::nanoseconds(0);
     scheduled_reaper reaper(count_runs{}, opts);
-    for (item& x : all) reaper.enqueue(x);
+    for (item& x : all) publish_and_enqueue(reaper, x);
     sched::thread flusher([&] {
       reaper.flush();
       expect_once_each(all, "flush after enqueue");
@@ -87,8 +87,8 @@ TEST(CompositionScheduleTest, StopWaitsForAnInlineDrainOfPutBackItems) {
       };
       teardown::reaper<item, &item::node, slow_first_two, queue> reaper(slow_first_two{}, opts);
       reaper.freeze();
-      reaper.enqueue(all[0]);
-      reaper.enqueue(all[1]);
+      publish_and_enqueue(reaper, all[0]);
+      publish_and_enqueue(reaper, all[1]);
       sched::atomic<std::uint32_t> held{0};
       sched::atomic<std::uint32_t> go{0};
       sched::thread caller([&] {
@@ -102,7 +102,7 @@ TEST(CompositionScheduleTest, StopWaitsForAnInlineDrainOfPutBackItems) {
       while (held.load(std::memory_order_relaxed) == 0) sched::sync::futex_wait(held, 0);
       sched::thread producer([&] {
         while (reaper.stats().running) sched::sync::yield();  // the worker has published its end
-        reaper.enqueue(all[2]);  // finds the reaper stopped: tears down inline, and drains
+        publish_and_enqueue(reaper, all[2]);  // finds the reaper stopped: tears down inline, and drains
       });
       go.store(1, std::memory_order_relaxed);
       sched::sync::futex_wake_one(go);

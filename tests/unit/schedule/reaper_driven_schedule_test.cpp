@@ -47,19 +47,19 @@ sched::explore_result explore_run_flush_enqueue(const char* name) {
       sched::thread driver_a([&] { (void)reaper.run({.items = 1}); });
       sched::thread driver_b([&] { (void)reaper.run({.items = 2}); });
       sched::thread producer([&] {
-        reaper.enqueue(all[0]);
-        reaper.enqueue(all[1]);
+        publish_and_enqueue(reaper, all[0]);
+        publish_and_enqueue(reaper, all[1]);
         reaper.flush();
         expect_once_each(all, "flush after enqueue", 0, 2);
       });
-      reaper.enqueue(all[2]);
-      reaper.enqueue(all[3]);
+      publish_and_enqueue(reaper, all[2]);
+      publish_and_enqueue(reaper, all[3]);
       reaper.flush();
       expect_once_each(all, "flush after enqueue", 2, 4);
       driver_a.join();
       driver_b.join();
       producer.join();
-      reaper.enqueue(all[4]);
+      publish_and_enqueue(reaper, all[4]);
     }  // the destructor's stop tears down what is left
     expect_once_each(all, "after the destructor", 0, all.size());
   });
@@ -84,7 +84,7 @@ TEST(DrivenScheduleTest, FreezeParksRunsAndFlushUntilThaw) {
     };
     teardown::reaper<item, &item::node, frozen_check, teardown::llist<item, &item::node, sched::sync>> reaper(
         frozen_check{&frozen}, driven());
-    for (item& x : all) reaper.enqueue(x);
+    for (item& x : all) publish_and_enqueue(reaper, x);
     sched::thread driver([&] {
       (void)reaper.run({.items = 1});
       (void)reaper.run({.items = 1});
@@ -109,7 +109,7 @@ TEST(DrivenScheduleTest, AFreezeReturnsOnlyOnceNoRunHoldsItems) {
   const auto result = sched::explore({.name = "driven freeze after a bounded run", .schedules = schedules}, [] {
     std::vector<item> all = items(4);
     driven_reaper<sched::sync> reaper(count_runs{}, driven());
-    for (item& x : all) reaper.enqueue(x);
+    for (item& x : all) publish_and_enqueue(reaper, x);
     sched::thread driver([&] { (void)reaper.run({.items = 1}); });
     reaper.freeze();
     std::size_t offered = 0;

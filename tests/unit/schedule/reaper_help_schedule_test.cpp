@@ -57,7 +57,7 @@ TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTw
     sched::atomic<std::uint32_t> go{0};
     // nice 0: the waiters' own, so no raise can be in force (an ordinary user's worker).
     helping_reaper reaper(held_first{&go}, {.nice = 0, .spin_polls = 0, .boost_after = 1ms});
-    for (std::size_t i = 0; i < 6; ++i) reaper.enqueue(all[i]);
+    for (std::size_t i = 0; i < 6; ++i) publish_and_enqueue(reaper, all[i]);
     const auto flusher = [&] {
       reaper.flush();
       expect_once_each(all, "a flush returned", 0, 6);
@@ -65,8 +65,8 @@ TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTw
     sched::thread first(flusher);
     sched::thread second(flusher);
     sched::thread producer([&] {
-      reaper.enqueue(all[6]);
-      reaper.enqueue(all[7]);
+      publish_and_enqueue(reaper, all[6]);
+      publish_and_enqueue(reaper, all[7]);
     });
     sched::thread caller([&] { (void)reaper.reap_on_caller([](item& x) { return x.id % 2 == 1; }); });
     // The worker stays in item 0 until every waiter has waited a few boost_afters.
@@ -103,7 +103,7 @@ TEST(HelpScheduleTest, AShareInAHelpersHandsKeepsTheOtherFlushWaiting) {
     sched::atomic<std::uint32_t> go{0};
     helping_reaper reaper(held_first{&go}, {.nice = 0, .spin_polls = 0, .boost_after = 1ms});
     reaper.freeze();  // one batch: the worker takes all eight at the thaw
-    for (item& x : all) reaper.enqueue(x);
+    for (item& x : all) publish_and_enqueue(reaper, x);
     reaper.thaw();
     const auto flusher = [&] {
       reaper.flush();

@@ -47,7 +47,7 @@ teardown::reaper_options quiet(teardown::reaper_options opts = {}) {
 
 void enqueue_each(auto& reaper, std::vector<item>& all, std::size_t from, std::size_t to) {
   for (std::size_t i = from; i < to; ++i) {
-    reaper.enqueue(all[i]);
+    publish_and_enqueue(reaper, all[i]);
     all[i].enqueued.store(true, std::memory_order_relaxed);
   }
 }
@@ -103,7 +103,7 @@ TEST(ScheduleTest, WakeSleepExhaustivelyWithinTwoPreemptions) {
           }
         };
         teardown::reaper<item, &item::node, signal_runs, queue> reaper(signal_runs{&reaped}, quiet());
-        sched::thread producer([&] { reaper.enqueue(x); });
+        sched::thread producer([&] { publish_and_enqueue(reaper, x); });
         while (reaped.load(std::memory_order_relaxed) == 0) sched::sync::futex_wait(reaped, 0);
         producer.join();
         sched::check(x.runs.load(std::memory_order_relaxed) == 1, "the item ran other than once");
@@ -370,7 +370,7 @@ TEST(ScheduleTest, StallWatchdogSeesAnItemQueuedBehindABlockedOne) {
     };
     teardown::reaper<item, &item::node, block_first, recorded_queue> reaper(
         block_first{}, quiet({.stall_threshold = std::chrono::milliseconds(2)}));
-    reaper.enqueue(all[0]);
+    publish_and_enqueue(reaper, all[0]);
     all[0].enqueued.store(true, std::memory_order_relaxed);
     {
       sched::thread producer([&] { enqueue_each(reaper, all, 1, 3); });

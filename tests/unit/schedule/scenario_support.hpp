@@ -24,12 +24,22 @@ struct item {
   std::atomic<bool> taken{false};     // a recorded_queue's take took it
   std::atomic<int> taker{-1};         // the thread whose take took it last (a taker_queue's)
   int id = 0;
+  stamp published;                    // what its producer had done when it enqueued it
 };
+
+// Enqueues x after stamping it: its teardown checks that the stamp happens before it (under
+// weak memory, a teardown not ordered after the enqueue reads the item racily).
+template <class Reaper>
+void publish_and_enqueue(Reaper& reaper, item& x) {
+  x.published = publish();
+  reaper.enqueue(x);
+}
 
 // A teardown takes time: the yield inside it is where a flush or stop that ought to wait for it
 // may try to return.
 struct count_runs {
   void operator()(item& x) const noexcept {
+    check(ordered_here(x.published), "item " + std::to_string(x.id) + " torn down unordered after its enqueue");
     sync::yield();
     x.runs.fetch_add(1, std::memory_order_relaxed);
   }

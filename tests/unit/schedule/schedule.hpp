@@ -86,6 +86,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "schedule/memory_model.hpp"
 #include "teardown/atomics.hpp"
 #include "teardown/worker_thread.hpp"
 
@@ -104,10 +105,13 @@ struct explore_options {
   std::uint64_t yield_ns = 1'000;     // virtual time a yield takes (see "Time" in the header)
   int spurious_per_mille = 5;         // pct, random: the chance at each pick that a futex or
                                       // condition waiter is woken spuriously (0: never)
+  int stale_per_mille = 100;          // pct, random: the share of loads with a choice that read
+                                      // an older store (memory_model.hpp; 0: always the latest)
 };
 
 struct explore_result {
   std::uint64_t runs = 0;
+  std::uint64_t stale_reads = 0;      // loads that read an older store, over all runs
   std::uint64_t longest_run_steps = 0;
   std::uint64_t most_threads = 0;
   bool exhausted = false;             // exhaustive: every schedule within the bound was run
@@ -116,8 +120,6 @@ struct explore_result {
 };
 
 namespace detail {
-
-constexpr int max_threads = 32;
 
 // Released by the last thread of a run; the test's thread waits for it.
 inline std::binary_semaphore& all_done_signal() {
@@ -151,7 +153,8 @@ class scheduler {
   scheduler(const explore_options& opts, strategy kind, std::uint64_t seed, std::vector<std::size_t> forced,
             std::uint64_t expected_steps, bool trace)
       : opts_(opts), kind_(kind), rng_(seed), aux_rng_(seed ^ 0x9e3779b97f4a7c15ull), forced_(std::move(forced)),
-        trace_(trace) {
+        trace_(trace), memory_rng_(seed ^ 0x5851f42d4c957f2dull),
+        stale_per_mille_(kind == strategy::exhaustive ? 0 : opts.stale_per_mille) {
     if (kind_ == strategy::pct) {
       std::uniform_int_distribution<std::uint64_t> step(1, std::max<std::uint64_t>(expected_steps, 1));
       for (int i = 1; i < opts_.pct_depth; ++i) change_points_.push_back(step(rng_));
@@ -161,10 +164,14 @@ class scheduler {
 
   // ---- threads ----------------------------------------------------------------------------
 
-  int add_thread() {
+  // A thread started by `parent` (-1: the run's first): it starts knowing what its parent did.
+  int add_thread(int parent) {
     const int k = next_slot_++;
     if (k >= max_threads) fatal("more threads than the scheduler holds");
     thread_slot& t = slots_[static_cast<std::size_t>(k)];
+    if (parent >= 0) clocks_[static_cast<std::size_t>(k)] = clocks_[static_cast<std::size_t>(parent)];
+    clocks_[static_cast<std::size_t>(k)][static_cast<std::size_t>(k)] = 1;
+    if (parent >= 0) ++clocks_[static_cast<std::size_t>(parent)][static_cast<std::size_t>(parent)];
     t.state = status::runnable;
     std::uniform_real_distribution<double> priority(1000.0, 2000.0);
     t.priority = priority(rng_);
@@ -201,6 +208,25 @@ class scheduler {
   }
 
   bool done(int k) const { return slots_[static_cast<std::size_t>(k)].state == status::done; }
+  // A join of thread k (done) by `self`: what k did happens before what self does next.
+  void joined(int self, int k) {
+    join_into(clocks_[static_cast<std::size_t>(self)], clocks_[static_cast<std::size_t>(k)]);
+  }
+
+  // ---- memory (memory_model.hpp) ------------------------------------------------------------
+
+  memory_thread memory(int self) {
+    return {self, clocks_[static_cast<std::size_t>(self)], run_, &choose_store_of, this};
+  }
+  // A stamp of what `self` has done so far (publish()), and whether it happens before now.
+  std::pair<int, std::uint32_t> stamp(int self) {
+    return {self, ++clocks_[static_cast<std::size_t>(self)][static_cast<std::size_t>(self)]};
+  }
+  bool ordered(int self, std::pair<int, std::uint32_t> stamp) const {
+    return stamp.first < 0 ||
+           clocks_[static_cast<std::size_t>(self)][static_cast<std::size_t>(stamp.first)] >= stamp.second;
+  }
+  std::uint64_t stale_reads() const { return stale_reads_; }
   // What a joiner of thread k blocks on (finish wakes it).
   const void* joinable(int k) const { return &slots_[static_cast<std::size_t>(k)]; }
   // The run's first pick: thread k (thread 0, the scenario) starts.
@@ -309,6 +335,22 @@ class scheduler {
   void set_name(std::string name) { name_ = std::move(name); }
 
  private:
+  // The store a load reads, among those the model allows: the latest but for stale_per_mille.
+  static std::uint64_t choose_store_of(void* self, std::uint64_t oldest, std::uint64_t latest) {
+    auto& s = *static_cast<scheduler*>(self);
+    if (s.stale_per_mille_ <= 0) return latest;
+    std::uniform_int_distribution<int> per_mille(0, 999);
+    if (per_mille(s.memory_rng_) >= s.stale_per_mille_) return latest;
+    std::uniform_int_distribution<std::uint64_t> older(oldest, latest - 1);
+    ++s.stale_reads_;
+    const std::uint64_t read = older(s.memory_rng_);
+    if (s.trace_) {
+      std::fprintf(stderr, "  step %llu: thread %d reads store %llu of %llu\n", static_cast<unsigned long long>(s.steps_),
+                   s.current_, static_cast<unsigned long long>(read), static_cast<unsigned long long>(latest));
+    }
+    return read;
+  }
+
   thread_slot& slot(int k) { return slots_[static_cast<std::size_t>(k)]; }
 
   // The clock moves on by ns; the timed waits it passes end.
@@ -478,6 +520,13 @@ class scheduler {
   mutable std::mutex failure_mutex_;
   std::optional<std::string> failure_;
   std::string name_;
+  std::mt19937_64 memory_rng_;  // stale reads: schedules' draws stay as they were
+  int stale_per_mille_;
+  std::uint64_t stale_reads_ = 0;
+  std::array<vclock, max_threads> clocks_{};
+  // Histories left by an earlier run start over (store_history::renew).
+  inline static std::atomic<std::uint64_t> runs_made_{0};
+  std::uint64_t run_ = runs_made_.fetch_add(1, std::memory_order_relaxed) + 1;
 };
 
 // The active scheduler lives in a page that a fork child sees zeroed (MADV_WIPEONFORK): there
@@ -532,7 +581,10 @@ inline void* trampoline(void* raw) {
 
 // ---- the Sync policy --------------------------------------------------------------------------
 
-/// std::atomic with a scheduling point before every operation.
+/// std::atomic with a scheduling point before every operation and, for a thread under the
+/// scheduler, weak memory (memory_model.hpp): a load may read an older store. The word itself
+/// always holds the latest store, and every operation also runs on it with its own order (so
+/// ThreadSanitizer sees the orders the code asked for).
 template <class W>
 class atomic {
  public:
@@ -540,64 +592,69 @@ class atomic {
   constexpr atomic(W initial) noexcept : word_(initial) {}  // NOLINT: as std::atomic's
   atomic(const atomic&) = delete;
   atomic& operator=(const atomic&) = delete;
+  constexpr ~atomic() { delete history_; }  // constexpr: a literal type, for constinit slots
 
   W load(std::memory_order order = std::memory_order_seq_cst) const noexcept {
     detail::point();
-    return word_.load(order);
+    const W latest = word_.load(order);
+    if (detail::scheduler* s = detail::here()) return history().load(s->memory(detail::self), latest, order);
+    return latest;
   }
   void store(W value, std::memory_order order = std::memory_order_seq_cst) noexcept {
     detail::point();
+    const W previous = word_.load(std::memory_order_relaxed);  // one thread at a time, or a free run
     word_.store(value, order);
+    if (detail::scheduler* s = detail::here()) history().write(s->memory(detail::self), previous, value, order, false);
   }
   W exchange(W value, std::memory_order order = std::memory_order_seq_cst) noexcept {
-    detail::point();
-    return word_.exchange(value, order);
+    return rmw(order, [&](W) { return value; });
   }
   bool compare_exchange_weak(W& expected, W desired, std::memory_order success, std::memory_order failure) noexcept {
-    detail::point();
-    return word_.compare_exchange_weak(expected, desired, success, failure);
+    return compare_exchange_strong(expected, desired, success, failure);  // never fails spuriously
   }
   bool compare_exchange_weak(W& expected, W desired, std::memory_order order = std::memory_order_seq_cst) noexcept {
-    detail::point();
-    return word_.compare_exchange_weak(expected, desired, order);
+    return compare_exchange_strong(expected, desired, order, detail::load_part(order));
   }
   bool compare_exchange_strong(W& expected, W desired, std::memory_order success, std::memory_order failure) noexcept {
     detail::point();
-    return word_.compare_exchange_strong(expected, desired, success, failure);
+    const W before = expected;
+    const bool swapped = word_.compare_exchange_strong(expected, desired, success, failure);
+    if (detail::scheduler* s = detail::here()) {
+      if (swapped) {
+        history().write(s->memory(detail::self), before, desired, success, true);
+      } else {
+        history().failed_rmw(s->memory(detail::self), expected, failure);
+      }
+    }
+    return swapped;
   }
   bool compare_exchange_strong(W& expected, W desired, std::memory_order order = std::memory_order_seq_cst) noexcept {
-    detail::point();
-    return word_.compare_exchange_strong(expected, desired, order);
+    return compare_exchange_strong(expected, desired, order, detail::load_part(order));
   }
   W fetch_add(W n, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires std::is_integral_v<W>
   {
-    detail::point();
-    return word_.fetch_add(n, order);
+    return rmw(order, [&](W old) { return static_cast<W>(old + n); });
   }
   W fetch_sub(W n, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires std::is_integral_v<W>
   {
-    detail::point();
-    return word_.fetch_sub(n, order);
+    return rmw(order, [&](W old) { return static_cast<W>(old - n); });
   }
   W fetch_or(W n, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires std::is_integral_v<W>
   {
-    detail::point();
-    return word_.fetch_or(n, order);
+    return rmw(order, [&](W old) { return static_cast<W>(old | n); });
   }
   W fetch_and(W n, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires std::is_integral_v<W>
   {
-    detail::point();
-    return word_.fetch_and(n, order);
+    return rmw(order, [&](W old) { return static_cast<W>(old & n); });
   }
   W fetch_xor(W n, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires std::is_integral_v<W>
   {
-    detail::point();
-    return word_.fetch_xor(n, order);
+    return rmw(order, [&](W old) { return static_cast<W>(old ^ n); });
   }
 
   /// The word itself, for a real futex when the run goes on freely.
@@ -605,7 +662,26 @@ class atomic {
   const std::atomic<W>& raw() const noexcept { return word_; }
 
  private:
+  // A read-modify-write: `next` of the latest value, as one compare-exchange on the word (the
+  // only writer while a run is scheduled; a loop for a free run).
+  template <class Next>
+  W rmw(std::memory_order order, Next next) noexcept {
+    detail::point();
+    W old = word_.load(std::memory_order_relaxed);
+    while (!word_.compare_exchange_weak(old, next(old), order, std::memory_order_relaxed)) {
+    }
+    if (detail::scheduler* s = detail::here()) history().write(s->memory(detail::self), old, next(old), order, true);
+    return old;
+  }
+
+  // Only the thread the scheduler runs touches it (one at a time; a free run never does).
+  detail::store_history<W>& history() const {
+    if (history_ == nullptr) history_ = new detail::store_history<W>();
+    return *history_;
+  }
+
   std::atomic<W> word_{};
+  mutable detail::store_history<W>* history_ = nullptr;
 };
 
 struct sync;
@@ -789,7 +865,7 @@ namespace detail {
 inline int start_scheduled(pthread_t* thread, void* (*entry)(void*), void* arg) noexcept {
   scheduler* s = here();
   if (s == nullptr) return teardown::detail::start_thread_with_signals_blocked(thread, entry, arg);
-  const int k = s->add_thread();
+  const int k = s->add_thread(self);
   auto* b = new boot{s, k, entry, arg};
   const int error = teardown::detail::start_thread_with_signals_blocked(thread, &trampoline, b);
   if (error != 0) {
@@ -806,6 +882,7 @@ inline int join_scheduled(pthread_t thread) noexcept {
     const int k = s->find_thread(thread);
     s->point(self);
     while (k >= 0 && here() != nullptr && !s->done(k)) (void)s->block(self, s->joinable(k), no_deadline);
+    if (k >= 0 && here() != nullptr) s->joined(self, k);
   }
   return pthread_join(thread, nullptr);
 }
@@ -822,6 +899,26 @@ inline int sync::join_thread(pthread_t thread) noexcept { return detail::join_sc
 inline void check(bool ok, const std::string& what) {
   if (ok) return;
   if (detail::scheduler* s = detail::active.load(std::memory_order_acquire)) s->fail(what);
+}
+
+/// What a thread has done so far, as a stamp (memory_model.hpp): a scenario takes one before it
+/// hands an item over, and the thread that uses the item asks ordered_here(stamp).
+struct stamp {
+  int thread = -1;  // -1: not under the scheduler; ordered everywhere
+  std::uint32_t epoch = 0;
+};
+inline stamp publish() {
+  if (detail::scheduler* s = detail::here()) {
+    const auto [thread, epoch] = s->stamp(detail::self);
+    return {thread, epoch};
+  }
+  return {};
+}
+/// True if what the stamp covers happens before the caller's now (through thread start and
+/// join, and release/acquire pairs of the scheduled atomics), or either is not under the scheduler.
+inline bool ordered_here(stamp published) {
+  if (detail::scheduler* s = detail::here()) return s->ordered(detail::self, {published.thread, published.epoch});
+  return true;
 }
 
 /// A thread of the scenario, under the scheduler; joined by join() or the destructor.
@@ -877,6 +974,7 @@ struct run_outcome {
   std::uint64_t steps = 0;
   int threads = 0;
   std::vector<decision> decisions;
+  std::uint64_t stale_reads = 0;
 };
 
 inline void* run_scenario(void* scenario) {
@@ -890,7 +988,7 @@ inline run_outcome run_once(const explore_options& opts, strategy kind, std::uin
   scheduler s(opts, kind, seed, std::move(forced), expected_steps, trace);
   s.set_name(name);
   active.store(&s, std::memory_order_release);
-  const int first = s.add_thread();
+  const int first = s.add_thread(-1);
   auto* b = new boot{&s, first, &run_scenario, const_cast<std::function<void()>*>(&scenario)};
   pthread_t os{};
   if (pthread_create(&os, nullptr, &trampoline, b) != 0) {
@@ -902,7 +1000,7 @@ inline run_outcome run_once(const explore_options& opts, strategy kind, std::uin
   all_done_signal().acquire();
   pthread_join(os, nullptr);
   active.store(nullptr, std::memory_order_release);
-  return {s.failure(), s.steps(), s.threads(), s.decisions()};
+  return {s.failure(), s.steps(), s.threads(), s.decisions(), s.stale_reads()};
 }
 
 inline std::string name_of(strategy kind, std::uint64_t seed, std::uint64_t steps,
@@ -980,6 +1078,7 @@ inline explore_result explore(explore_options opts, const std::function<void()>&
   const bool trace = detail::environment("TEARDOWN_SCHEDULE_TRACE").has_value();
   if (const auto rate = detail::environment("TEARDOWN_SCHEDULE_SPURIOUS")) opts.spurious_per_mille = std::stoi(*rate);
   if (const auto step = detail::environment("TEARDOWN_SCHEDULE_YIELD_NS")) opts.yield_ns = std::stoull(*step);
+  if (const auto stale = detail::environment("TEARDOWN_SCHEDULE_STALE")) opts.stale_per_mille = std::stoi(*stale);
   if (const auto count = detail::environment("TEARDOWN_SCHEDULES")) {
     opts.schedules = std::stoull(*count);
   } else if (detail::under_sanitizer()) {
@@ -988,6 +1087,7 @@ inline explore_result explore(explore_options opts, const std::function<void()>&
   explore_result result;
   const auto note_run = [&](const detail::run_outcome& outcome, const std::string& name) {
     ++result.runs;
+    result.stale_reads += outcome.stale_reads;
     result.longest_run_steps = std::max(result.longest_run_steps, outcome.steps);
     result.most_threads = std::max(result.most_threads, static_cast<std::uint64_t>(outcome.threads));
     if (outcome.failure) {
@@ -1033,13 +1133,14 @@ inline explore_result explore(explore_options opts, const std::function<void()>&
       expected_steps = std::max(result.longest_run_steps, std::uint64_t{1});
     }
   }
-  std::fprintf(stderr, "schedule: %s: %llu runs (%s), up to %llu steps and %llu threads%s%s%s\n", opts.name,
-               static_cast<unsigned long long>(result.runs),
+  std::fprintf(stderr, "schedule: %s: %llu runs (%s), up to %llu steps and %llu threads, %llu stale reads%s%s%s\n",
+               opts.name, static_cast<unsigned long long>(result.runs),
                opts.kind == strategy::mixed ? "pct and random" : opts.kind == strategy::pct ? "pct"
                : opts.kind == strategy::random                            ? "random"
                                                                           : "exhaustive",
                static_cast<unsigned long long>(result.longest_run_steps),
-               static_cast<unsigned long long>(result.most_threads), result.exhausted ? ", all within the bound" : "",
+               static_cast<unsigned long long>(result.most_threads),
+               static_cast<unsigned long long>(result.stale_reads), result.exhausted ? ", all within the bound" : "",
                result.failure ? "; FAILED under " : "", result.failure ? result.failed_schedule.c_str() : "");
   if (result.failure) {
     std::fprintf(stderr, "schedule: %s: %s\nschedule: replay with TEARDOWN_SCHEDULE_REPLAY=%s\n", opts.name,
