@@ -12,12 +12,20 @@
 //     which happens before it (its own included). Which one is the schedule's choice:
 //     stale_per_mille / 1000 of the loads that have a choice read an older store, picked
 //     uniformly (pct and random; exhaustive stays sequentially consistent);
-//   - RMWs (exchange, fetch_*, a compare-exchange, failed or not) read the latest store;
+//   - an RMW (exchange, fetch_*, a successful compare-exchange) reads the latest store, unless
+//     it may be placed earlier in the modification order: right after an older store S it may
+//     read, when its own write leaves S's value unchanged (an exchange of null on an empty
+//     list, a fetch_or of a bit already set, a fetch_add(0)) and it does not release (so no
+//     later acquirer would have synchronised with it). Then every later read stays consistent,
+//     and the RMW simply reads S and writes nothing new: this is how a consumer's exchange
+//     misses a push it is not ordered after. A failed compare-exchange is a load and may read
+//     any allowed store whose value differs from the one expected;
 //   - the run's order of seq_cst operations is their single total order S: a seq_cst load reads
 //     the last seq_cst store to its atomic before it in S, or a later (non-seq_cst) one.
 // The model is never weaker than C++ (its simplifications: a bounded window of stores and of
-// accesses per thread, failed compare-exchanges reading the latest, a seq_cst load never
-// reading a store older than the last seq_cst one), so a failure it finds is a real execution. Non-atomic data is checked where a scenario asks:
+// accesses per thread, RMWs placed early only where their write changes nothing, a seq_cst load
+// never reading a store older than the last seq_cst one), so a failure it finds is a real
+// execution. Non-atomic data is checked where a scenario asks:
 // publish() stamps the thread's clock, ordered_here(stamp) says whether the stamp happens before
 // the calling thread's now (a teardown that reads an item published without a release/acquire
 // chain would be a data race).
@@ -31,6 +39,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace teardown::schedule::detail {
 
@@ -106,7 +115,36 @@ class store_history {
     if (order == std::memory_order_seq_cst) last_seq_cst_ = first_ + count_ - 1;
   }
 
-  // A failed compare-exchange: a load of the latest store.
+  // An RMW placed early (see the header): the value of an older store it may read and leave
+  // unchanged, if the schedule picks one, else nothing (the RMW then reads the latest). `next`
+  // is the value it would write after reading a value; `differs`, for a compare-exchange's
+  // failure, the values it may read instead (those unequal to the expected one).
+  template <class Next>
+  std::optional<W> early_rmw(const memory_thread& t, W latest_value, std::memory_order order, Next next,
+                             bool fails_on_differs = false, W expected = W{}) {
+    if (releases(order) && !fails_on_differs) return std::nullopt;
+    renew(t.run, latest_value);
+    const std::uint64_t latest = first_ + count_ - 1;
+    std::uint64_t oldest = std::max(first_, floor_for(t.clock));
+    if (order == std::memory_order_seq_cst) oldest = std::max(oldest, last_seq_cst_);
+    std::uint64_t candidates[store_window];
+    std::uint64_t n = 0;
+    for (std::uint64_t i = oldest; i < latest; ++i) {
+      const W value = at(i).value;
+      if (fails_on_differs ? !(value == expected) : next(value) == value) candidates[n++] = i;
+    }
+    if (n == 0) return std::nullopt;
+    // The schedule's choice among the candidates and the latest (index n: read the latest).
+    const std::uint64_t pick = t.choose_store(t.scheduler, 0, n);
+    if (pick == n) return std::nullopt;
+    ++t.clock[static_cast<std::size_t>(t.self)];
+    const store& s = at(candidates[pick]);
+    if (acquires(order) && s.releases) join_into(t.clock, s.release);
+    note_access(t, candidates[pick]);
+    return s.value;
+  }
+
+  // A failed compare-exchange that read the latest store.
   void failed_rmw(const memory_thread& t, W latest_value, std::memory_order failure) {
     renew(t.run, latest_value);
     ++t.clock[static_cast<std::size_t>(t.self)];

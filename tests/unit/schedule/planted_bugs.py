@@ -110,6 +110,26 @@ plants = {
                              "  (void)current_side;", 'BarrierTest.ASettlerAfterOneThatGaveUp*', 'barrier_test'),
  'emit_twice': (T, "if (fn == nullptr || std::find(called.begin(), called.begin() + calls, fn) != "
                 "called.begin() + calls) continue;", "if (fn == nullptr) continue;", 'ScheduleTest.OneEmit*'),
+ # Weakened memory orders, caught by the weak memory model (memory_model.hpp); weakened_orders.py
+ # tries every one:
+ 'push_relaxed': (H + 'llist.hpp', "} while (!head_.compare_exchange_weak(head, first, std::memory_order_release,",
+                  "} while (!head_.compare_exchange_weak(head, first, std::memory_order_relaxed,",
+                  'LlistScheduleTest.*', 'llist_schedule_test'),
+ 'del_all_relaxed': (H + 'llist.hpp', "return batch(head_.exchange(nullptr, std::memory_order_acquire));",
+                     "return batch(head_.exchange(nullptr, std::memory_order_relaxed));",
+                     'LlistScheduleTest.*', 'llist_schedule_test'),
+ 'replace_all_no_release': (H + 'llist.hpp', "std::exchange(nodes.first_, nullptr), std::memory_order_acq_rel)",
+                            "std::exchange(nodes.first_, nullptr), std::memory_order_acquire)",
+                            'LlistScheduleTest.ReplaceAll*', 'llist_schedule_test'),
+ 'replace_all_no_acquire': (H + 'llist.hpp', "std::exchange(nodes.first_, nullptr), std::memory_order_acq_rel)",
+                            "std::exchange(nodes.first_, nullptr), std::memory_order_release)",
+                            'LlistScheduleTest.ReplaceAll*', 'llist_schedule_test'),
+ 'woken_no_acquire': (WAKE, "  previous = state_.exchange(0, std::memory_order_acq_rel);",
+                      "  previous = state_.exchange(0, std::memory_order_release);", 'ScheduleTest.WakeSleepNever*'),
+ 'kick_no_release': (WAKE, "  // acq_rel for the same reasons as in enqueue.\n"
+                     "  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);",
+                     "  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acquire);",
+                     'ScheduleTest.WakeSleepNever*'),
  # The trimmer's protocol (allocator_trim_test: gates and flushes, not the scheduler) and the
  # deferred domain's decision (deferred_test):
  'flush_unsettled': (H + 'async_teardown/control.hpp',

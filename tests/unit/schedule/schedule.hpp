@@ -617,6 +617,16 @@ class atomic {
   }
   bool compare_exchange_strong(W& expected, W desired, std::memory_order success, std::memory_order failure) noexcept {
     detail::point();
+    if (detail::scheduler* s = detail::here()) {
+      // A failure may read an older store whose value differs from `expected`.
+      const W latest = word_.load(std::memory_order_relaxed);
+      const auto same = [](W v) { return v; };
+      if (const auto read = history().early_rmw(s->memory(detail::self), latest, failure, same, true, expected)) {
+        (void)word_.load(failure);  // the load ThreadSanitizer sees
+        expected = *read;
+        return false;
+      }
+    }
     const W before = expected;
     const bool swapped = word_.compare_exchange_strong(expected, desired, success, failure);
     if (detail::scheduler* s = detail::here()) {
@@ -668,6 +678,12 @@ class atomic {
   W rmw(std::memory_order order, Next next) noexcept {
     detail::point();
     W old = word_.load(std::memory_order_relaxed);
+    if (detail::scheduler* s = detail::here()) {
+      if (const auto read = history().early_rmw(s->memory(detail::self), old, order, next)) {
+        (void)word_.load(detail::load_part(order));  // the load ThreadSanitizer sees
+        return *read;
+      }
+    }
     while (!word_.compare_exchange_weak(old, next(old), order, std::memory_order_relaxed)) {
     }
     if (detail::scheduler* s = detail::here()) history().write(s->memory(detail::self), old, next(old), order, true);

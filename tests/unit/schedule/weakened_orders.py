@@ -32,8 +32,8 @@ build = (args.build or root / 'build/default').resolve()
 H = 'include/teardown/'
 # header: the schedule test programs whose scenarios reach it
 HEADERS = {
-    H + 'llist.hpp': ['reaper_schedule_test'],
-    H + 'sharded_llist.hpp': ['reaper_schedule_test'],
+    H + 'llist.hpp': ['llist_schedule_test', 'reaper_schedule_test'],
+    H + 'sharded_llist.hpp': ['llist_schedule_test', 'reaper_schedule_test'],
     H + 'reaper/wake_word.hpp': ['reaper_schedule_test', 'composition_schedule_test'],
     H + 'reaper/control.hpp': ['reaper_schedule_test', 'composition_schedule_test', 'reaper_help_schedule_test'],
     H + 'reaper/worker_loop.hpp': ['reaper_schedule_test', 'composition_schedule_test', 'reaper_help_schedule_test'],
