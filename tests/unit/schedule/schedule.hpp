@@ -18,6 +18,8 @@
 //   check, thread, sync     inside a scenario (the function explore runs) and the threads it
 //                           starts; sync is the Sync policy (teardown/sync.hpp) to name in the
 //                           queue type of the reaper or pool under test.
+//   publish, ordered_here   inside a scenario: a stamp of what this thread has done, and
+//                           whether a stamp happens before the caller's now (weak memory).
 //
 // How a run goes. explore starts thread 0 on the scenario; threads it starts (schedule::thread,
 // and a reaper's worker through sync::start_thread) join the run. At each point the strategy
@@ -33,6 +35,13 @@
 // which ends; a wait whose deadline has already passed ends at the next pick. Time moves no other
 // way: atomics, locks and reads of the clock take none, so polls, boosts and a pool's steal_after
 // come where a schedule puts them.
+//
+// Memory. The scheduled atomics are weakly ordered (memory_model.hpp): a load may read an
+// older store where C++ allows it (stale_per_mille of the loads that have a choice, under pct
+// and random; exhaustive runs are sequentially consistent), an RMW whose write changes nothing
+// may read one, and happens-before is tracked with vector clocks. A scenario stamps an item
+// before it hands it over (publish) and whoever uses it checks ordered_here: a weakened
+// release or acquire on the way fails the schedule.
 //
 // Wake-ups. A wake of one thread (futex_wake_one, notify_one, an unlock) wakes whichever waiter
 // the schedule picks (uniformly under pct and random, every choice under exhaustive), not the
@@ -53,8 +62,8 @@
 // Environment: TEARDOWN_SCHEDULES=N runs N schedules per explore instead of the test's count;
 // TEARDOWN_SCHEDULE_REPLAY=<name> (as printed: "pct:17", "random:3", "exhaustive:0.2.1") runs
 // that one schedule; TEARDOWN_SCHEDULE_TRACE=1 prints every switch of the runs;
-// TEARDOWN_SCHEDULE_SPURIOUS=N and TEARDOWN_SCHEDULE_YIELD_NS=N set spurious_per_mille and
-// yield_ns.
+// TEARDOWN_SCHEDULE_SPURIOUS=N, TEARDOWN_SCHEDULE_STALE=N and TEARDOWN_SCHEDULE_YIELD_NS=N set
+// spurious_per_mille, stale_per_mille and yield_ns.
 #pragma once
 
 #include <pthread.h>
@@ -345,8 +354,9 @@ class scheduler {
     ++s.stale_reads_;
     const std::uint64_t read = older(s.memory_rng_);
     if (s.trace_) {
-      std::fprintf(stderr, "  step %llu: thread %d reads store %llu of %llu\n", static_cast<unsigned long long>(s.steps_),
-                   s.current_, static_cast<unsigned long long>(read), static_cast<unsigned long long>(latest));
+      std::fprintf(stderr, "  step %llu: thread %d reads store %llu of %llu\n",
+                   static_cast<unsigned long long>(s.steps_), s.current_, static_cast<unsigned long long>(read),
+                   static_cast<unsigned long long>(latest));
     }
     return read;
   }
