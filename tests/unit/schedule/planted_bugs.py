@@ -130,6 +130,13 @@ plants = {
                      "  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);",
                      "  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acquire);",
                      'ScheduleTest.WakeSleepNever*'),
+ 'emit_count_acq_rel': (T, "    in_flight.count[side].fetch_add(1, std::memory_order_seq_cst);",
+                        "    in_flight.count[side].fetch_add(1, std::memory_order_acq_rel);",
+                        'ScheduleTest.RemoveHookWaits*'),
+ 'remove_store_release': (T, "          function.store(nullptr, std::memory_order_seq_cst);",
+                          "          function.store(nullptr, std::memory_order_release);", 'ScheduleTest.RemoveHookWaits*'),
+ 'hook_done_relaxed': (T, "    in_flight.count[side].fetch_sub(1, std::memory_order_release);",
+                       "    in_flight.count[side].fetch_sub(1, std::memory_order_relaxed);", 'ScheduleTest.RemoveHookWaits*'),
  # The trimmer's protocol (allocator_trim_test: gates and flushes, not the scheduler) and the
  # deferred domain's decision (deferred_test):
  'flush_unsettled': (H + 'async_teardown/control.hpp',

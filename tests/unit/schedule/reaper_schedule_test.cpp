@@ -472,4 +472,64 @@ TEST(ScheduleTest, OneEmitCallsEachHookOnceWhileHooksComeAndGo) {
   expect_explored(result, expected_runs(schedules));
 }
 
+// Hooks under weak memory: an emit that calls h sees what its adder did before add_hook, and a
+// remove_hook(h) that returns has waited out every emit that may call h (what h did happens
+// before the return, and no emit calls h afterwards): the store-buffering pair of the emit's
+// count and slot load against the remover's slot store and count load.
+sched::stamp h_installed;  // the adder's, before add
+sched::stamp h_last_call;  // h's, at the end of each call
+std::atomic<int> h_running{0};
+std::atomic<bool> h_removed{false};
+void hook_h(const teardown::trace::queue_event&) {
+  sched::check(sched::ordered_here(h_installed), "a hook was called unordered after its add");
+  sched::check(!h_removed.load(std::memory_order_relaxed), "a hook was called after its remove returned");
+  h_running.fetch_add(1, std::memory_order_relaxed);
+  sched::sync::yield();
+  h_last_call = sched::publish();
+  h_running.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// How the hook goes: remove_hook(h), or set_hook(g) replacing h in the first slot or a later one.
+enum class hook_goes { removed, replaced_first, replaced_later };
+
+sched::explore_result explore_hook_goes(const char* name, hook_goes how) {
+  return sched::explore({.name = name, .schedules = schedules}, [how] {
+    scheduled_hooks::replace(nullptr);
+    h_installed = {};
+    h_last_call = {};
+    h_removed.store(false, std::memory_order_relaxed);
+    sched::thread adder([how] {
+      if (how == hook_goes::replaced_later) scheduled_hooks::add(&hook_g);  // h lands in slot 1
+      h_installed = sched::publish();
+      scheduled_hooks::add(&hook_h);
+    });
+    sched::thread emitter([] {
+      scheduled_hooks::call(teardown::trace::queue_event{});
+      scheduled_hooks::call(teardown::trace::queue_event{});
+    });
+    adder.join();
+    if (how == hook_goes::removed) {
+      sched::check(scheduled_hooks::remove(&hook_h), "remove_hook did not find the hook its adder installed");
+    } else {
+      scheduled_hooks::replace(&hook_g);
+    }
+    h_removed.store(true, std::memory_order_relaxed);
+    sched::check(h_running.load(std::memory_order_relaxed) == 0, "the hook still ran when its removal returned");
+    sched::check(sched::ordered_here(h_last_call), "the removal returned unordered after the hook's last call");
+    emitter.join();
+    scheduled_hooks::replace(nullptr);
+  });
+}
+
+TEST(ScheduleTest, RemoveHookWaitsOutEveryEmitThatMayCallIt) {
+  expect_explored(explore_hook_goes("hook remove under weak memory", hook_goes::removed), expected_runs(schedules));
+}
+
+TEST(ScheduleTest, SetHookWaitsOutEveryEmitThatMayCallTheHookItReplaces) {
+  expect_explored(explore_hook_goes("set_hook over the first slot", hook_goes::replaced_first),
+                  expected_runs(schedules));
+  expect_explored(explore_hook_goes("set_hook over a later slot", hook_goes::replaced_later),
+                  expected_runs(schedules));
+}
+
 }  // namespace
