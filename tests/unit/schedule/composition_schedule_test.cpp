@@ -15,6 +15,7 @@
 
 #include "schedule/scenario_support.hpp"
 #include "schedule/schedule.hpp"
+#include "teardown/async_teardown.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/reaper.hpp"
 
@@ -115,6 +116,98 @@ TEST(CompositionScheduleTest, StopWaitsForAnInlineDrainOfPutBackItems) {
       caller.join();
     }
     expect_once_each(all, "after the reaper's end");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// async_teardown through its public API, its worker on the scheduler's queue (the Workers policy
+// below): two producers put items, a third thread drains what fits a cost, the main thread
+// flushes meanwhile and again at the end. Under weak memory each item's destroy is ordered after
+// its put; every item is destroyed once; after the last flush nothing is pending and the budget
+// holds nothing; the trimmer's trims ran on the worker only (never on a producer or a drainer,
+// whose inline and drained frees it counts), at least one of them.
+struct piece {
+  teardown::llist_node node;
+  std::uint64_t charge = 0;
+  sched::stamp published;
+  std::atomic<int> runs{0};
+  int id = 0;
+};
+thread_local bool on_a_scenario_thread = false;  // the scenario's own threads, not the worker
+std::atomic<int> trims_on_callers{0};
+std::atomic<int> trims{0};
+int counting_trim(std::size_t) {
+  if (on_a_scenario_thread) trims_on_callers.fetch_add(1, std::memory_order_relaxed);
+  trims.fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+struct piece_traits {
+  std::uint64_t cost(const piece&) const noexcept { return 100; }
+  bool eligible(const piece&, std::uint64_t) const noexcept { return true; }
+  void prepare(piece&) const noexcept {}
+  void destroy(piece& x) const noexcept {
+    sched::check(sched::ordered_here(x.published), "piece " + std::to_string(x.id) + " destroyed unordered after its put");
+    sched::sync::yield();
+    x.runs.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::uint64_t& charge(piece& x) const noexcept { return x.charge; }
+};
+struct scheduled_one_reaper : teardown::one_reaper {
+  template <class T, teardown::llist_node T::*Hook, class Fn>
+  using type = teardown::reaper<T, Hook, Fn, teardown::llist<T, Hook, sched::sync>>;
+};
+using scheduled_composition =
+    teardown::async_teardown<piece, &piece::node, piece_traits, teardown::static_key, scheduled_one_reaper>;
+
+TEST(CompositionScheduleTest, AsyncTeardownPutsDrainsFlushesAndTrimsOnTheWorker) {
+  const auto result = sched::explore({.name = "async_teardown put/drain/flush/trim", .schedules = schedules}, [] {
+    on_a_scenario_thread = true;
+    trims_on_callers.store(0, std::memory_order_relaxed);
+    trims.store(0, std::memory_order_relaxed);
+    std::vector<piece> all(5);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
+    teardown::async_teardown_options opts;
+    opts.max_pending = 250;  // two queued at most: the others are rejected, torn down inline
+    opts.reaper.spin_polls = 0;
+    opts.reaper.boost_after = std::chrono::nanoseconds(0);
+    opts.trim = {.after = 200, .trim = &counting_trim};
+    {
+      scheduled_composition composition(opts);
+      const auto put = [&](std::size_t i) {
+        all[i].published = sched::publish();
+        (void)composition.put(all[i]);
+      };
+      {
+        sched::thread a([&] {
+          on_a_scenario_thread = true;
+          put(0);
+          put(1);
+          put(2);
+        });
+        sched::thread b([&] {
+          on_a_scenario_thread = true;
+          put(3);
+          put(4);
+        });
+        sched::thread drainer([&] {
+          on_a_scenario_thread = true;
+          (void)composition.drain(150);
+        });
+        composition.flush();
+      }
+      composition.flush();
+      for (const piece& x : all) {
+        sched::check(x.runs.load(std::memory_order_relaxed) == 1,
+                     "piece " + std::to_string(x.id) + " destroyed " + std::to_string(x.runs.load()) + " times");
+      }
+      const auto stats = composition.stats();
+      sched::check(stats.reaped == stats.queued && stats.pending == 0,
+                   "after the last flush: queued " + std::to_string(stats.queued) + ", reaped " +
+                       std::to_string(stats.reaped) + ", pending " + std::to_string(stats.pending));
+      sched::check(trims.load(std::memory_order_relaxed) >= 1, "500 cost units freed and no trim (after = 200)");
+      composition.stop();
+    }
+    sched::check(trims_on_callers.load(std::memory_order_relaxed) == 0, "a trim ran on a producer or a drainer");
   });
   expect_explored(result, expected_runs(schedules));
 }

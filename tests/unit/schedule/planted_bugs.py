@@ -137,6 +137,11 @@ plants = {
                           "          function.store(nullptr, std::memory_order_release);", 'ScheduleTest.RemoveHookWaits*'),
  'hook_done_relaxed': (T, "    in_flight.count[side].fetch_sub(1, std::memory_order_release);",
                        "    in_flight.count[side].fetch_sub(1, std::memory_order_relaxed);", 'ScheduleTest.RemoveHookWaits*'),
+ # The trimmer through async_teardown under the scheduler: a drain that trims on its caller.
+ 'drain_trims_on_caller': (H + 'async_teardown/composition.hpp',
+                           "        on_workers([](auto& workers) { workers.request_after_batch(); });",
+                           "        (void)trimmer_.after_batch();", 'CompositionScheduleTest.AsyncTeardown*',
+                           'composition_schedule_test'),
  # The trimmer's protocol (allocator_trim_test: gates and flushes, not the scheduler) and the
  # deferred domain's decision (deferred_test):
  'flush_unsettled': (H + 'async_teardown/control.hpp',
