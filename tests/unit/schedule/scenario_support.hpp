@@ -25,6 +25,7 @@ struct item {
   std::atomic<int> taker{-1};         // the thread whose take took it last (a taker_queue's)
   int id = 0;
   stamp published;                    // what its producer had done when it enqueued it
+  stamp torn_down;                    // what its teardown had done when it ended (count_runs)
 };
 
 // Enqueues x after stamping it: its teardown checks that the stamp happens before it (under
@@ -41,6 +42,7 @@ struct count_runs {
   void operator()(item& x) const noexcept {
     check(ordered_here(x.published), "item " + std::to_string(x.id) + " torn down unordered after its enqueue");
     sync::yield();
+    x.torn_down = publish();
     x.runs.fetch_add(1, std::memory_order_relaxed);
   }
 };
@@ -52,13 +54,16 @@ inline std::vector<item> items(int n) {
 }
 
 // A scheduling check (it fails the schedule, which explore reports by name) that each of
-// all[from, to) was torn down exactly once.
+// all[from, to) was torn down exactly once, and that its teardown happens before the caller's
+// now (a flush or a stop returns ordered after the teardowns it waited for).
 inline void expect_once_each(const std::vector<item>& all, const char* when, std::size_t from = 0,
                              std::size_t to = ~std::size_t{0}) {
   for (std::size_t i = from; i < std::min(to, all.size()); ++i) {
     const int runs = all[i].runs.load(std::memory_order_relaxed);
     check(runs == 1, std::string(when) + ": item " + std::to_string(all[i].id) + " torn down " +
                          std::to_string(runs) + " times");
+    check(runs != 1 || ordered_here(all[i].torn_down),
+          std::string(when) + ": unordered after item " + std::to_string(all[i].id) + "'s teardown");
   }
 }
 

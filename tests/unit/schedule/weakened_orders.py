@@ -10,6 +10,8 @@ Usage: tests/unit/schedule/weakened_orders.py [--root DIR] [--build DIR] [--sche
                                               [--list] [site...]
   site            FILE:LINE:ORDER->WEAKER as --list prints them (default: every one)
   --schedules N   schedules per explore (TEARDOWN_SCHEDULES; default 2000)
+  --build DIR     a tsan preset's build folder runs the tests under ThreadSanitizer too (through
+                  `setarch -R`), which reports a weakened order that leaves plain data unordered
 One step weaker: acquire -> relaxed, release -> relaxed, acq_rel -> acquire and -> release,
 seq_cst -> acquire (a load), -> release (a store), -> acq_rel (a read-modify-write).
 """
@@ -24,6 +26,7 @@ parser.add_argument('--root', type=pathlib.Path, default=pathlib.Path(__file__).
 parser.add_argument('--build', type=pathlib.Path)
 parser.add_argument('--schedules', type=int, default=2000)
 parser.add_argument('--list', action='store_true')
+parser.add_argument('--wrap', default=None, help='a command to run each test under (default: setarch -R for tsan)')
 parser.add_argument('sites', nargs='*')
 args = parser.parse_args()
 root = args.root.resolve()
@@ -70,6 +73,12 @@ def sites():
 
 
 every = list(sites())
+if args.wrap is not None:
+    wrap = args.wrap.split()
+elif 'tsan' in build.name:
+    wrap = ['setarch', subprocess.run(['uname', '-m'], capture_output=True, text=True).stdout.strip(), '-R']
+else:
+    wrap = []
 if args.list:
     print('\n'.join(every))
     sys.exit(0)
@@ -95,10 +104,10 @@ for site in chosen:
             continue
         caught = []
         for program in programs:
-            r = subprocess.run(['timeout', '900', str(build / 'tests' / program)], capture_output=True, text=True,
-                               env={'TEARDOWN_SCHEDULES': str(args.schedules), 'PATH': '/usr/bin:/bin'})
+            r = subprocess.run(['timeout', '900', *wrap, str(build / 'tests' / program)], capture_output=True,
+                               text=True, env={'TEARDOWN_SCHEDULES': str(args.schedules), 'PATH': '/usr/bin:/bin'})
             failed = [l for l in (r.stdout + r.stderr).splitlines() if '; FAILED under' in l or 'schedule: ' in l and
-                      ('deadlock' in l or 'livelock' in l)]
+                      ('deadlock' in l or 'livelock' in l) or 'ThreadSanitizer: data race' in l]
             if r.returncode != 0:
                 caught.append(f'{program}: ' + (failed[0] if failed else f'rc={r.returncode}'))
         print(f'== {site}: ' + ('CAUGHT ' + caught[0][:300] if caught else 'MISSED'), flush=True)
