@@ -144,7 +144,8 @@ struct piece_traits {
   bool eligible(const piece&, std::uint64_t) const noexcept { return true; }
   void prepare(piece&) const noexcept {}
   void destroy(piece& x) const noexcept {
-    sched::check(sched::ordered_here(x.published), "piece " + std::to_string(x.id) + " destroyed unordered after its put");
+    sched::check(sched::ordered_here(x.published),
+                 "piece " + std::to_string(x.id) + " destroyed unordered after its put");
     sched::sync::yield();
     x.runs.fetch_add(1, std::memory_order_relaxed);
   }
