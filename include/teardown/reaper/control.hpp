@@ -37,7 +37,7 @@ inline reaper<T, Hook, Fn, Queue>::reaper(Fn fn, reaper_options opts, pool_link*
     if (work_fd_ < 0) {
       throw std::system_error(errno, std::generic_category(), "teardown::reaper: cannot create work_fd");
     }
-    gate_ = std::make_shared<detail::drive_gate>();
+    gate_ = std::make_shared<detail::drive_gate_over<mutex_type>>();
     gate_->reaper = this;
     gate_->run = [](void* self, drive_limits limits) { return static_cast<reaper*>(self)->run(limits); };
     detail::fork_registry::instance().add(this);
@@ -72,7 +72,7 @@ inline reaper<T, Hook, Fn, Queue>::~reaper() {
         "go on using the freed reaper. Destroy it after run returns.\n");
   }
   if (gate_) {
-    const std::lock_guard lock(gate_->mutex);  // waits for a handle's run in progress
+    const std::lock_guard lock(*gate_);  // waits for a handle's run in progress
     gate_->reaper = nullptr;
   }
   stop();

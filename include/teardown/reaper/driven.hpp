@@ -6,8 +6,9 @@
 //                  may block (it runs teardowns, and the reaper's destructor waits for a run a handle is in).
 //                  Called from inside its own run it throws std::logic_error.
 //   post_to        builds an on_work callable that posts a run to an executor.
-// Memory ordering: the destructor nulls the shared gate under its mutex, which every handle's run holds, so a
-// run never starts on a destroyed reaper.
+// Memory ordering: the destructor nulls the shared gate under its lock, which every handle's run holds, so a
+// run never starts on a destroyed reaper. The lock is a mutex of the reaper's Sync policy (sync.hpp), so a
+// deterministic scheduler sees the gate as it sees the rest of the reaper.
 //
 // Design: docs/design.md, "Driven mode".
 #pragma once
@@ -38,12 +39,21 @@ struct drive_result {
 };
 
 namespace detail {
-// Shared by a driven reaper and its drive_handles: the destructor nulls `reaper` under `mutex`,
-// so a handle that runs later finds nothing to run.
+// Shared by a driven reaper and its drive_handles: the destructor nulls `reaper` under the
+// gate's lock, so a handle that runs later finds nothing to run. Lockable (lock, unlock) over
+// the mutex of the reaper's Sync policy: drive_gate_over<Mutex>.
 struct drive_gate {
-  std::mutex mutex;
   void* reaper = nullptr;
   drive_result (*run)(void* reaper, drive_limits limits) = nullptr;
+  virtual void lock() = 0;
+  virtual void unlock() noexcept = 0;
+  virtual ~drive_gate() = default;
+};
+template <class Mutex>
+struct drive_gate_over final : drive_gate {
+  void lock() override { mutex.lock(); }
+  void unlock() noexcept override { mutex.unlock(); }
+  Mutex mutex;
 };
 using gate_runs_here = calls_here<drive_gate>;  // the gates whose run this thread is in
 }  // namespace detail
@@ -60,7 +70,7 @@ class drive_handle {
     if (detail::gate_runs_here::contains(gate_.get())) {
       throw std::logic_error("teardown::drive_handle: called from inside its own reaper's run");
     }
-    const std::lock_guard lock(gate_->mutex);
+    const std::lock_guard lock(*gate_);
     if (gate_->reaper == nullptr) return {};
     const detail::gate_runs_here::scope here(gate_.get());
     return gate_->run(gate_->reaper, limits);

@@ -130,4 +130,71 @@ TEST(DrivenScheduleTest, AFreezeReturnsOnlyOnceNoRunHoldsItems) {
   expect_explored(result, expected_runs(schedules));
 }
 
+// Driven mode as a program wires it: on_work posts each signal's drive_handle to an executor
+// thread, which runs it, while the main thread enqueues, flushes and then destroys the reaper.
+// Every item is torn down once and before the flush or the destructor that waited for it; a
+// handle run once the destructor has returned finds no reaper and does nothing. The handles'
+// gate is locked with the reaper's Sync mutex, so its waits are the scheduler's too.
+TEST(DrivenScheduleTest, HandlesPostedToAnExecutorRunBesideFlushAndDestruction) {
+  const auto result = sched::explore({.name = "drive handles on an executor", .schedules = schedules}, [] {
+    std::vector<item> all = items(3);
+    struct mailbox {
+      sched::mutex lock;
+      std::vector<teardown::drive_handle> posted;  // under lock
+      sched::atomic<std::uint32_t> count{0};       // posted, or a last post-less wake (done)
+      std::atomic<bool> reaper_gone{false};
+    } box;
+    sched::thread executor([&box] {
+      std::size_t ran = 0;
+      for (;;) {
+        teardown::drive_handle next;
+        bool have = false;
+        {
+          const std::lock_guard hold(box.lock);
+          if (ran < box.posted.size()) {
+            next = box.posted[ran++];
+            have = true;
+          }
+        }
+        if (have) {
+          const bool gone_before = box.reaper_gone.load(std::memory_order_relaxed);
+          const teardown::drive_result did = next({.items = 2});
+          sched::check(!gone_before || did.items == 0, "a handle ran teardowns after its reaper was destroyed");
+          continue;
+        }
+        const std::uint32_t seen = box.count.load(std::memory_order_acquire);
+        if (box.reaper_gone.load(std::memory_order_relaxed)) {
+          const std::lock_guard hold(box.lock);
+          if (ran == box.posted.size()) return;
+          continue;
+        }
+        sched::sync::futex_wait(box.count, seen);
+      }
+    });
+    {
+      teardown::reaper_options opts = driven();
+      opts.on_work = [&box](teardown::drive_handle handle) {
+        {
+          const std::lock_guard hold(box.lock);
+          box.posted.push_back(std::move(handle));
+        }
+        box.count.fetch_add(1, std::memory_order_release);
+        sched::sync::futex_wake_one(box.count);
+      };
+      driven_reaper<sched::sync> reaper(count_runs{}, opts);
+      publish_and_enqueue(reaper, all[0]);
+      publish_and_enqueue(reaper, all[1]);
+      reaper.flush();
+      expect_once_each(all, "flush after enqueue", 0, 2);
+      publish_and_enqueue(reaper, all[2]);
+    }  // the destructor waits for a handle's run in progress, then stops
+    expect_once_each(all, "after the destructor", 0, all.size());
+    box.reaper_gone.store(true, std::memory_order_relaxed);
+    box.count.fetch_add(1, std::memory_order_release);
+    sched::sync::futex_wake_one(box.count);
+    executor.join();
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
 }  // namespace
