@@ -435,6 +435,58 @@ TEST(ScheduleTest, ForkParksTheWorkerWhileFnCallsNice) {
   expect_explored(result, expected_runs(schedules));
 }
 
+// The lazy policy and the boost: a worker that polls (producers do not wake it, its look's
+// limit grows from poll_interval to poll_interval_max while it finds nothing), raised once work
+// has waited boost_after (or, unprivileged, the raise refused and the waiting flush helping;
+// reaper_help_schedule_test explores the help), beside producers, a hurry() and flushes. Every
+// item is torn down once, and before the flush that waited for it.
+struct {
+  std::uint64_t polls = 0, boosts = 0;  // runs that took each path
+} lazy_seen;
+TEST(ScheduleTest, ALazyPollingWorkerWithBoostAndHelpFlushesEverything) {
+  // 2,000 schedules: its sleeps make each run long (the clock jumps through them one by one).
+  constexpr std::uint64_t lazy_schedules = 2'000;
+  const auto result = sched::explore({.name = "lazy polling, boost, help", .schedules = lazy_schedules}, [] {
+    std::vector<item> all = items(5);
+    teardown::reaper_options opts = quiet();
+    opts.poll_interval = std::chrono::microseconds(20);
+    opts.poll_interval_max = std::chrono::microseconds(200);
+    opts.boost_after = std::chrono::microseconds(5);
+    struct slow_runs {  // a teardown takes longer than boost_after: a waiting flush helps
+      void operator()(item& x) const noexcept {
+        sched::sync::sleep_for(std::chrono::microseconds(10));
+        count_runs{}(x);
+      }
+    };
+    teardown::reaper<item, &item::node, slow_runs, queue> reaper(slow_runs{}, opts);
+    enqueue_each(reaper, all, 0, 1);
+    {
+      sched::thread a([&] { enqueue_each(reaper, all, 1, 3); });
+      sched::thread b([&] {
+        enqueue_each(reaper, all, 3, 4);
+        (void)reaper.hurry();
+      });
+      reaper.flush();
+      expect_once_each(all, "flush after enqueue", 0, 1);
+    }
+    reaper.flush();
+    sched::sync::sleep_for(std::chrono::microseconds(500));  // idle, unkicked: its looks end at their limit
+    enqueue_each(reaper, all, 4, 5);
+    reaper.flush();
+    expect_once_each(all, "the last flush");
+    const teardown::reaper_stats stats = reaper.stats();
+    lazy_seen.polls += stats.polls != 0;
+    lazy_seen.boosts += stats.boosts + stats.boosts_refused + stats.helped != 0;
+  });
+  expect_explored(result, expected_runs(lazy_schedules));
+  // The paths are taken, not only allowed: in some runs a look ended at its limit, and the
+  // worker was raised (or, unprivileged, the raise refused or a flush helped).
+  EXPECT_GT(lazy_seen.polls, 0u);
+  EXPECT_GT(lazy_seen.boosts, 0u);
+  std::fprintf(stderr, "lazy polling: runs with a poll %llu, with a boost or help %llu\n",
+               static_cast<unsigned long long>(lazy_seen.polls), static_cast<unsigned long long>(lazy_seen.boosts));
+}
+
 // Hook add/remove beside an emit: while remove_hook(f) waits out the emit that is calling f,
 // other threads add g and f again (f may land in a later slot). The emit calls each hook at
 // most once.
