@@ -18,8 +18,16 @@ seq_cst -> acquire (a load), -> release (a store), -> acq_rel (a read-modify-wri
 import argparse
 import pathlib
 import re
+import signal
 import subprocess
 import sys
+
+
+def interrupted(signum, frame):
+    raise KeyboardInterrupt  # so the header being weakened is restored (the finally below)
+
+
+signal.signal(signal.SIGTERM, interrupted)
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--root', type=pathlib.Path, default=pathlib.Path(__file__).resolve().parents[3])
