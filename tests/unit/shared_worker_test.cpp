@@ -440,6 +440,7 @@ namespace sched = teardown::schedule;
 struct sched_item {
   teardown::llist_node node;
   std::atomic<int> runs{0};
+  sched::stamp published;  // the putter's, before its enqueue (weak memory: schedule.hpp)
 };
 
 // The worker's teardown: a domain that shutdown has given up on must never see an item again.
@@ -448,6 +449,7 @@ struct checked_reap {
   void operator()(sched_item& x) const noexcept {
     sched::sync::yield();
     sched::check(!gone->load(std::memory_order_relaxed), "an item was dispatched after its domain's shutdown returned");
+    sched::check(sched::ordered_here(x.published), "an item was torn down unordered after its put");
     x.runs.fetch_add(1, std::memory_order_relaxed);
   }
 };
@@ -468,6 +470,7 @@ sched::explore_result put_racing_shutdown(std::uint64_t schedules) {
                           teardown::detail::domain_gate<sched::sync> gate;
                           sched::thread putter([&] {
                             if (gate.enter()) {
+                              x.published = sched::publish();
                               worker.enqueue(x);
                               gate.leave();
                             } else {
