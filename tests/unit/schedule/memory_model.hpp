@@ -30,8 +30,8 @@
 // the calling thread's now (a teardown that reads an item published without a release/acquire
 // chain would be a data race).
 //
-// Who may call what: schedule.hpp's atomic<W> and scheduler; scenarios call publish() and
-// ordered_here() through schedule.hpp.
+// Who may call what: primitives.hpp's atomic<W> and scheduler.hpp's scheduler; scenarios call
+// publish() and ordered_here() through schedule.hpp.
 #pragma once
 
 #include <algorithm>
