@@ -38,6 +38,8 @@
 //   collect_after_flush
 //                 the thread whose flush completed; blocking while it collects (mimalloc only).
 //   stats         any thread; wait-free.
+// basic_allocator_trimmer<Sync> is the same over a Sync policy's atomics and clock (sync.hpp):
+// an async_teardown's trimmer takes its workers' policy, a test scheduler's in schedule tests.
 //
 // A trim function that returns a negative value could call nothing (the default under an
 // allocator it does not know, allocator_kind::other): that is not a trim, and is not counted
@@ -65,6 +67,7 @@
 #endif
 
 #include "teardown/allocator_purge.hpp"
+#include "teardown/sync.hpp"
 #include "teardown/worker_thread.hpp"
 
 namespace teardown {
@@ -114,11 +117,17 @@ struct trim_stats {
   std::uint64_t trim_cpu_ns = 0;     // the CPU they took, on the threads that trimmed
 };
 
-class allocator_trimmer {
+/// The trimmer over a Sync policy's atomics and clock (sync.hpp): std_sync in programs
+/// (allocator_trimmer), a test scheduler's where a schedule test interleaves its callers.
+template <class Sync = std_sync>
+class basic_allocator_trimmer {
+  template <class W>
+  using atomic = typename Sync::template atomic<W>;
+
  public:
-  explicit allocator_trimmer(trim_options opts = {}) : opts_(validated(opts)) {}
-  allocator_trimmer(const allocator_trimmer&) = delete;
-  allocator_trimmer& operator=(const allocator_trimmer&) = delete;
+  explicit basic_allocator_trimmer(trim_options opts = {}) : opts_(validated(opts)) {}
+  basic_allocator_trimmer(const basic_allocator_trimmer&) = delete;
+  basic_allocator_trimmer& operator=(const basic_allocator_trimmer&) = delete;
 
   bool enabled() const noexcept { return opts_.after != 0; }
 
@@ -167,7 +176,7 @@ class allocator_trimmer {
   // True if it trimmed (a trim function that returned a negative value did not).
   bool after_batch() noexcept {
     if (!due()) return false;
-    const std::uint64_t now = detail::monotonic_ns();
+    const std::uint64_t now = Sync::now_ns();
     std::uint64_t last = last_trim_ns_.load(std::memory_order_relaxed);
     // A settle (a flush waiting for its memory) is not rate-capped: it was asked for.
     const bool settling = settling_.load(std::memory_order_relaxed) != 0;
@@ -211,14 +220,16 @@ class allocator_trimmer {
   }
 
   const trim_options opts_;
-  std::atomic<std::uint64_t> freed_since_trim_{0};
-  std::atomic<std::uint64_t> freed_total_{0};
-  std::atomic<std::uint32_t> settling_{0};  // open settles (begin_settle)
-  std::atomic<std::uint64_t> collected_at_{0};  // freed_total_ at the last collect_after_flush
-  std::atomic<std::uint64_t> last_trim_ns_{0};  // 0: never trimmed
-  std::atomic<std::uint64_t> trims_{0};
-  std::atomic<std::uint64_t> trimmed_bytes_{0};
-  std::atomic<std::uint64_t> trim_cpu_ns_{0};
+  atomic<std::uint64_t> freed_since_trim_{0};
+  atomic<std::uint64_t> freed_total_{0};
+  atomic<std::uint32_t> settling_{0};  // open settles (begin_settle)
+  atomic<std::uint64_t> collected_at_{0};  // freed_total_ at the last collect_after_flush
+  atomic<std::uint64_t> last_trim_ns_{0};  // 0: never trimmed
+  atomic<std::uint64_t> trims_{0};
+  atomic<std::uint64_t> trimmed_bytes_{0};
+  atomic<std::uint64_t> trim_cpu_ns_{0};
 };
+
+using allocator_trimmer = basic_allocator_trimmer<>;
 
 }  // namespace teardown

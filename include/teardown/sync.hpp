@@ -103,6 +103,18 @@ struct sync_of<Queue> {
   using type = typename Queue::atomics_type;
 };
 
+// The Sync policy a Workers policy (async_teardown's) names for its workers (`using sync =`),
+// std_sync where it names none: the composition's own words (its trimmer's) take it too.
+template <class Workers>
+struct workers_sync {
+  using type = std_sync;
+};
+template <class Workers>
+  requires sync_policy<typename Workers::sync>
+struct workers_sync<Workers> {
+  using type = typename Workers::sync;
+};
+
 }  // namespace detail
 
 template <class Queue>

@@ -93,6 +93,8 @@ class async_teardown
   static constexpr bool shareable = owner_traits<Traits, T>;
   using shared_type = std::conditional_t<shareable, shared_worker<T, Hook, Traits, Workers>, shared_worker_base>;
   using gate_pass = detail::gate_pass<detail::domain_gate<>>;  // a shared worker's: see put()
+  // Over the workers' Sync policy, so that a schedule test interleaves its callers too.
+  using trimmer_type = basic_allocator_trimmer<typename detail::workers_sync<Workers>::type>;
 
  public:
   /// Starts the worker(s) (unless the deferred path is compiled out). Throws
@@ -270,7 +272,7 @@ class async_teardown
         return workers.reap_on_caller([&](T& item) {
           if (!owns(item)) return false;  // another sharer's
           const std::uint64_t charge = traits_.charge(item);
-        if (charge > max_cost - result.cost) return false;
+          if (charge > max_cost - result.cost) return false;
           result.cost += charge;
           ++result.items;
           return true;
@@ -625,7 +627,7 @@ class async_teardown
   std::shared_ptr<budget> budget_owner_;
   budget& budget_;
   const bool sync_when_stalled_;
-  allocator_trimmer trimmer_;  // before reaper_: its workers call it
+  trimmer_type trimmer_;  // before reaper_: its workers call it
   const std::uint64_t hurry_at_;  // options' hurry_at (0: half the cap)
   const bool lazy_;               // the worker polls: puts hurry it (see hurry_if_due)
   std::atomic<bool> stopped_{false};

@@ -260,7 +260,7 @@ class async_control {
     }
 
     D& owner_;
-    allocator_trimmer& trimmer_;
+    typename D::trimmer_type& trimmer_;
     bool open_ = false;
     bool completed_ = false;
   };

@@ -154,6 +154,7 @@ struct piece_traits {
 struct scheduled_one_reaper : teardown::one_reaper {
   template <class T, teardown::llist_node T::*Hook, class Fn>
   using type = teardown::reaper<T, Hook, Fn, teardown::llist<T, Hook, sched::sync>>;
+  using sync = sched::sync;  // the composition's trimmer too
 };
 using scheduled_composition =
     teardown::async_teardown<piece, &piece::node, piece_traits, teardown::static_key, scheduled_one_reaper>;
@@ -205,6 +206,54 @@ TEST(CompositionScheduleTest, AsyncTeardownPutsDrainsFlushesAndTrimsOnTheWorker)
                        std::to_string(stats.reaped) + ", pending " + std::to_string(stats.pending));
       sched::check(trims.load(std::memory_order_relaxed) >= 1, "500 cost units freed and no trim (after = 200)");
       composition.stop();
+    }
+    sched::check(trims_on_callers.load(std::memory_order_relaxed) == 0, "a trim ran on a producer or a drainer");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// The trimmer's promise without a flush: once the worker is idle, at most `after` is left
+// untrimmed, whoever freed it. A drainer races the worker for three pieces (300 units, after =
+// 200), and the main thread waits for a trim without flushing (a flush would ask for one
+// itself): the worker must trim on its own batch end or on the batch end the drain asks for
+// (request_after_batch), reading the drain's count through that request under weak memory. A
+// trim that never comes is a deadlock; every trim is on the worker.
+TEST(CompositionScheduleTest, WhatADrainFreesIsTrimmedOnTheIdleWorkerWithoutAFlush) {
+  const auto result = sched::explore({.name = "async_teardown drain then trim", .schedules = schedules}, [] {
+    on_a_scenario_thread = true;
+    trims_on_callers.store(0, std::memory_order_relaxed);
+    trims.store(0, std::memory_order_relaxed);
+    static sched::atomic<std::uint32_t> trimmed{0};  // counting_trim's, for the wait below
+    trimmed.store(0, std::memory_order_relaxed);
+    std::vector<piece> all(3);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
+    teardown::async_teardown_options opts;
+    opts.reaper.spin_polls = 0;
+    opts.trim = {.after = 200, .trim = [](std::size_t pad) {
+                   const int returned = counting_trim(pad);
+                   trimmed.fetch_add(1, std::memory_order_relaxed);
+                   sched::sync::futex_wake_one(trimmed);
+                   return returned;
+                 }};
+    {
+      scheduled_composition composition(opts);
+      for (piece& x : all) {
+        x.published = sched::publish();
+        (void)composition.put(x);
+      }
+      sched::thread drainer([&] {
+        on_a_scenario_thread = true;
+        (void)composition.drain(~std::uint64_t{0});
+      });
+      drainer.join();
+      for (std::uint32_t seen; (seen = trimmed.load(std::memory_order_relaxed)) == 0;) {
+        sched::sync::futex_wait(trimmed, seen);
+      }
+      composition.stop();
+    }
+    for (const piece& x : all) {
+      sched::check(x.runs.load(std::memory_order_relaxed) == 1,
+                   "piece " + std::to_string(x.id) + " destroyed " + std::to_string(x.runs.load()) + " times");
     }
     sched::check(trims_on_callers.load(std::memory_order_relaxed) == 0, "a trim ran on a producer or a drainer");
   });

@@ -146,6 +146,11 @@ plants = {
                            "        on_workers([](auto& workers) { workers.request_after_batch(); });",
                            "        (void)trimmer_.after_batch();", 'CompositionScheduleTest.AsyncTeardown*',
                            'composition_schedule_test'),
+ # A drain that asks for no batch end: what it freed waits for the worker's next batch, and with
+ # none coming, stays untrimmed.
+ 'drain_asks_no_trim': (H + 'async_teardown/composition.hpp',
+                        "        on_workers([](auto& workers) { workers.request_after_batch(); });",
+                        "        (void)0;", 'CompositionScheduleTest.WhatADrainFrees*', 'composition_schedule_test'),
  # The trimmer's protocol (allocator_trim_test: gates and flushes, not the scheduler) and the
  # deferred domain's decision (deferred_test):
  'flush_unsettled': (H + 'async_teardown/control.hpp',
