@@ -135,9 +135,10 @@ inline bool reaper<T, Hook, Fn, Queue>::spin_found_work() const noexcept {
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline bool reaper<T, Hook, Fn, Queue>::sleep_until_kicked() noexcept {
   bool limited = false;  // slept with a time limit
-  // acq_rel: acquire pairs with a producer's kick (its add is then visible to our next
-  // del_all); release lets a later kick's acquire see our state.
-  std::uint32_t previous = state_.exchange(sleeping_bit, std::memory_order_acq_rel);
+  // relaxed: an RMW, so ordered against every kick all the same (no lost wake-up). A kick it
+  // reads is acquired by the exchange below, which always follows and reads this write or a
+  // later RMW (the kick's release sequence); a producer reads none of our data after a kick.
+  std::uint32_t previous = state_.exchange(sleeping_bit, std::memory_order_relaxed);
   last_sleep_limit_ns_ = 0;
   if (!(previous & kicked_bit)) {
     // In a pool, a sibling may hold a batch: sleep no longer than the pool says. A polling
@@ -157,8 +158,10 @@ inline bool reaper<T, Hook, Fn, Queue>::sleep_until_kicked() noexcept {
       }
     }
   }
-  // acq_rel: reading KICKED (set before or while we slept) synchronizes with that producer.
-  previous = state_.exchange(0, std::memory_order_acq_rel);
+  // acquire: reading KICKED (set before or while we slept, or a later RMW of its release
+  // sequence) synchronizes with that producer's release, so our next del_all sees its add.
+  // No release: a producer reads none of our data after its kick.
+  previous = state_.exchange(0, std::memory_order_acquire);
   const bool timed_out = limited && previous == sleeping_bit;  // nobody kicked: the limit ended it
   if (timed_out) polls_.fetch_add(1, std::memory_order_relaxed);
   return timed_out;
