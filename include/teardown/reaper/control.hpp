@@ -209,7 +209,8 @@ inline void reaper<T, Hook, Fn, Queue>::finish_caller_reap(llist_chain<T, Hook>&
   // flush does not wait for. Torn down here instead, inside this call's hand. Not stopped:
   // this call began before the worker ended, so a flush after stop waits for it
   // (caller_reaps_) and a put-back is safe.
-  if (!declined.empty() && (state_.fetch_add(0, std::memory_order_acq_rel) & stopped_bit)) {
+  // relaxed: the RMW's place in the word's order decides; no data rides on it.
+  if (!declined.empty() && (state_.fetch_add(0, std::memory_order_relaxed) & stopped_bit)) {
     while (T* item = declined.pop_front()) tear_down_inline(*item);
   }
   const bool requeued = !declined.empty();
@@ -371,10 +372,9 @@ inline void reaper<T, Hook, Fn, Queue>::stop_here_on_own_worker() noexcept {
     request_locked();
     control_changed_.notify_all();
   }
-  // acq_rel, as the worker's own STOPPED exchange at the end of worker_main: acquire pairs
-  // with every producer's kick before it (their adds are visible to the drain below); release
-  // pairs with enqueue's acquire loads, so producers tear down inline from now on.
-  (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
+  // acquire, as the worker's own STOPPED exchange at the end of worker_main: pairs with every
+  // producer's kick before it, so their adds are visible to the drain below.
+  (void)state_.exchange(stopped_bit, std::memory_order_acquire);
   for (;;) {
     while (T* item = in_flight_.pop_front()) tear_down(*item, /*on_worker=*/true);
     in_flight_ = take_queue(/*sweep=*/false, opts_.order == drain_order::oldest_first);

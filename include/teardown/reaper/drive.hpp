@@ -179,10 +179,9 @@ inline bool reaper<T, Hook, Fn, Queue>::drive_stop(typename clock_type::time_poi
   std::unique_lock drive(drive_mutex_, std::defer_lock);
   if (!lock_before(drive, deadline)) return false;
   if (!(state_.load(std::memory_order_relaxed) & stopped_bit)) {
-    // acq_rel, as the worker's STOPPED exchange: acquire pairs with every producer's kick
-    // before it (their adds are visible to the drain below); release pairs with enqueue's
-    // acquire loads, so producers tear down inline from now on.
-    (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
+    // acquire, as the worker's STOPPED exchange: pairs with every producer's kick before it,
+    // so their adds are visible to the drain below. From here producers tear down inline.
+    (void)state_.exchange(stopped_bit, std::memory_order_acquire);
     const typename driving_here::scope here(this);
     for (;;) {
       while (!in_flight_.empty()) run_one_driven();

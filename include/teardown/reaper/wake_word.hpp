@@ -29,8 +29,8 @@ template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline void reaper<T, Hook, Fn, Queue>::enqueue_chain(llist_chain<T, Hook>&& chain) noexcept {
   if (chain.empty()) return;
   enqueued_.add(chain.size());
-  // acquire: pairs with the worker's STOPPED exchange, as in enqueue().
-  if (state_.load(std::memory_order_acquire) & stopped_bit) {
+  // relaxed, as in enqueue().
+  if (state_.load(std::memory_order_relaxed) & stopped_bit) {
     (void)queue_.add_batch(std::move(chain));
     drain_inline_counted();  // takes the chain back, with anything queued from before
     return;
@@ -54,9 +54,10 @@ template <class T, llist_node T::*Hook, class Fn, class Queue>
 template <bool ReportBacklog>
 inline std::uint64_t reaper<T, Hook, Fn, Queue>::enqueue_item(T& item) noexcept {
   enqueued_.add();
-  // acquire: pairs with the worker's STOPPED exchange, so the inline path below sees the
-  // queue as the worker left it.
-  if (state_.load(std::memory_order_acquire) & stopped_bit) {
+  // relaxed: STOPPED only decides the path. The inline path reads nothing the worker wrote
+  // but the queue, which it takes with the llist's own acquire. A stale read queues the item:
+  // the kick of the add that found the queue empty, an RMW, then reads STOPPED and drains.
+  if (state_.load(std::memory_order_relaxed) & stopped_bit) {
     tear_down_inline(item);
     drain_inline_counted();  // anything still queued from before (a fork child, a race with stop)
     return 0;
@@ -79,9 +80,10 @@ inline std::uint64_t reaper<T, Hook, Fn, Queue>::enqueue_item(T& item) noexcept 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline void reaper<T, Hook, Fn, Queue>::kick_after_first_add() noexcept {
   oldest_enqueue_ns_.store(sync_ops::now_ns(), std::memory_order_relaxed);
-  // acq_rel: release publishes the add to a worker that reads KICKED; acquire pairs with the
-  // worker's STOPPED exchange for the drain below.
-  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+  // release: publishes the add to the worker, whose wake or STOPPED exchange (an acquire)
+  // reads this kick or a later RMW. No acquire: reading STOPPED, we drain through the llist's
+  // own acquire and read nothing else the worker wrote.
+  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_release);
   if (previous & stopped_bit) {
     drain_inline_counted();  // the worker is gone and may not have seen this item
   } else if (opts_.driven) {
@@ -169,8 +171,9 @@ inline bool reaper<T, Hook, Fn, Queue>::sleep_until_kicked() noexcept {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline std::uint32_t reaper<T, Hook, Fn, Queue>::kick() noexcept {
-  // acq_rel for the same reasons as in enqueue.
-  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+  // release, as in enqueue: what the caller did before (a request, a put-back's add) is
+  // visible to the worker's wake exchange.
+  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_release);
   if (previous & sleeping_bit) sync_ops::futex_wake_one(state_);
   return previous;
 }

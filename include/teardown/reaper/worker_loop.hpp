@@ -84,9 +84,10 @@ inline void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
   // Stop: announce STOPPED first, then drain. A producer whose kick comes after the exchange
   // reads STOPPED and drains on its own thread, so the drain below ends even while
   // producers keep adding (draining first could be kept busy for ever).
-  // acq_rel: acquire pairs with every producer's kick before ours (their adds are then
-  // visible to the drain below); release pairs with enqueue's acquire loads.
-  (void)state_.exchange(stopped_bit, std::memory_order_acq_rel);
+  // acquire: pairs with every producer's kick before ours, so their adds are visible to the
+  // drain below (without it the drain may miss one: the item would stay queued after stop).
+  // No release: a producer that reads STOPPED reads nothing else of ours.
+  (void)state_.exchange(stopped_bit, std::memory_order_acquire);
   drain_on_worker();
   close_cpu_clock();
   // A stop_for that gave up, and whoever calls stop, flush or the destructor later, wait for

@@ -70,6 +70,27 @@ TEST(DrivenScheduleTest, RunFlushAndEnqueueTearDownEachItemOnceAndFlushIsABarrie
   expect_explored(result, expected_runs(schedules));
 }
 
+// A driven stop beside an enqueue that nothing orders with it: the stop's STOPPED exchange
+// acquires every kick before it, so its drain takes that add; a kick after it reads STOPPED
+// and its producer drains. Once the stop and the enqueues returned, nothing is left queued.
+TEST(DrivenScheduleTest, AnEnqueueRacingADrivenStopIsTornDownByTheStopOrByItsProducer) {
+  const auto result = sched::explore({.name = "driven stop beside an enqueue", .schedules = schedules}, [] {
+    std::vector<item> all = items(2);
+    {
+      driven_reaper<sched::sync> reaper(count_runs{}, driven());
+      sched::thread producer([&] {
+        publish_and_enqueue(reaper, all[0]);
+        publish_and_enqueue(reaper, all[1]);
+      });
+      reaper.stop();
+      producer.join();
+      expect_once_each(all, "once the stop and the enqueues returned");
+    }
+    expect_once_each(all, "after the destructor");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
 // Freeze against runs and a flush: fn never starts while frozen, and everything runs once.
 TEST(DrivenScheduleTest, FreezeParksRunsAndFlushUntilThaw) {
   const auto result = sched::explore({.name = "driven freeze", .schedules = schedules}, [] {

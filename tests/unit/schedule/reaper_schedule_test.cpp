@@ -258,6 +258,25 @@ TEST(ScheduleTest, StopCoversWhatWasEnqueuedBeforeItAndNothingRunsTwice) {
   expect_explored(result, expected_runs(schedules));
 }
 
+// An enqueue that nothing orders with stop: its kick comes before the worker's STOPPED exchange
+// (the worker's final drain must then see its add: that exchange acquires the kick) or after it
+// (the producer reads STOPPED and drains on its own thread). Either way, once stop and the
+// enqueue have both returned, the item is torn down: none is left queued for the destructor.
+TEST(ScheduleTest, AnEnqueueRacingTheWorkersEndIsTornDownByStopOrByItsProducer) {
+  const auto result = sched::explore({.name = "enqueue beside the worker's end", .schedules = schedules}, [] {
+    std::vector<item> all = items(2);
+    {
+      scheduled_reaper reaper(count_runs{}, quiet());
+      sched::thread producer([&] { enqueue_each(reaper, all, 0, 2); });
+      reaper.stop();
+      producer.join();
+      expect_once_each(all, "once stop and the enqueues returned");
+    }
+    expect_once_each(all, "after the reaper's end");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
 // Sharded flags: an adder preempted between its push and its shard's flag must not hide an
 // item that another adder on the same shard then flushes. Each producer thread has its own
 // shard index; two shards make them share one whenever the indexes collide.
