@@ -1,8 +1,10 @@
 // alloc_matrix — deferred teardown under the allocator the process runs with (glibc's, or one
 // LD_PRELOADed: jemalloc, tcmalloc, mimalloc; benchmarks/scripts/alloc_matrix.py runs this
-// program once per allocator). For three shapes of garbage, freed inline (plain delete) and
-// deferred (teardown::deferred_delete on the default domain: the library's default options,
-// whatever its trim does when run), it measures the free path on the caller, the resident set
+// program once per allocator). For three shapes of garbage, freed inline (plain delete), handed
+// off (the same deletes posted to one plain thread at nice 19, no library: the limit of any
+// deferral, since what a free costs off the allocating thread is the allocator's) and deferred
+// (teardown::deferred_delete on the default domain: the library's default options, whatever
+// its trim does when run), it measures the free path on the caller, the resident set
 // left after the flush and the library's trim, the peak resident set over rounds of build and
 // free with no flush between, and the CPU the frees took (the caller's inline, the reaper's
 // deferred). A crossover sweep times the free path per object for buffers of 4 KiB to 64 MiB,
@@ -51,7 +53,7 @@
 // rss_limit_mib (5% of garbage + 16 MiB: the goal), peak_mib (VmHWM over the rounds, or the
 // highest RSS read after a build where clear_refs is refused), caller_cpu_ms (the caller's CPU
 // in its free paths, all rounds), worker_cpu_ms (the reaper's CPU across the rounds, the flush
-// and the trims), cpu_ms (inline: the caller's; deferred: the reaper's + the caller's), trims,
+// and the trims; handed off: the plain thread's), cpu_ms (worker_cpu_ms + caller_cpu_ms), trims,
 // trimmed_mib, trim_cpu_ms, flush_ms, handed_over, queued and the domain's inline frees by reason
 // (inline_stalled: the stall watchdog; inline_rejected: the budget; inline_other).
 // Sweep, per size and mode: `--sweep-reps` children, each frees a warm-up round (timed as
@@ -65,17 +67,21 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -292,15 +298,80 @@ double peak_mib() {
 
 // ---- the shapes ---------------------------------------------------------------------------
 
-// How a case frees: inline (plain delete), through the default domain (deferred_delete), or
-// through a domain of its own (deferred_deleter naming it).
+// The limit of any deferral: the same deletes on one plain thread, no library (a locked
+// vector of deletes, no budget, no trim, nothing inline), at the reaper's nice 19. What the
+// allocator charges for a free on a thread other than the one that allocated is in its CPU;
+// the library's worker CPU over this one is what the library adds.
+class handoff_thread {
+ public:
+  handoff_thread() : thread_([this] { run(); }) {}
+  handoff_thread(const handoff_thread&) = delete;
+  handoff_thread& operator=(const handoff_thread&) = delete;
+  ~handoff_thread() {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+
+  void post(std::function<void()> free) {
+    {
+      const std::lock_guard lock(mutex_);
+      posted_.push_back(std::move(free));
+    }
+    changed_.notify_all();
+  }
+
+  // Waits until every delete posted so far has run; the thread's CPU so far.
+  double drain_and_cpu_ms() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return posted_.empty() && !busy_; });
+    return cpu_ms_;
+  }
+
+ private:
+  void run() {
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stopping_ || !posted_.empty(); });
+      if (posted_.empty()) return;
+      std::vector<std::function<void()>> batch;
+      batch.swap(posted_);
+      busy_ = true;
+      lock.unlock();
+      for (std::function<void()>& free : batch) free();
+      batch.clear();
+      lock.lock();
+      busy_ = false;
+      cpu_ms_ = thread_cpu_ms();
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::function<void()>> posted_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  double cpu_ms_ = 0;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+// How a case frees: inline (plain delete), handed to a plain thread, through the default
+// domain (deferred_delete), or through a domain of its own (deferred_deleter naming it).
 struct free_path {
   bool deferred = false;
   teardown::deferred_domain* domain = nullptr;  // null: the default domain
+  handoff_thread* handoff = nullptr;            // set: posted there (deferred is false)
 
   template <class T>
   void operator()(T* object) const noexcept {
-    if (!deferred) {
+    if (handoff != nullptr) {
+      handoff->post([object] { delete object; });
+    } else if (!deferred) {
       delete object;
     } else if (domain == nullptr) {
       (void)teardown::deferred_delete(object);
@@ -410,11 +481,23 @@ std::unique_ptr<teardown::deferred_domain> domain_for(const trim_choice& trim) {
   return std::make_unique<teardown::deferred_domain>(std::move(opts));
 }
 
-case_report run_case(const std::string& shape, const shape_sizes& sizes, int rounds, const trim_choice* trim) {
+// A case's free path: inline, handed to a plain thread, or deferred with `trim`.
+struct case_mode {
+  enum { inline_free, handoff, deferred } kind = inline_free;
+  const trim_choice* trim = nullptr;  // deferred only
+};
+
+case_report run_case(const std::string& shape, const shape_sizes& sizes, int rounds, case_mode mode) {
   case_report r;
+  const trim_choice* const trim = mode.kind == case_mode::deferred ? mode.trim : nullptr;
   std::unique_ptr<teardown::deferred_domain> own;
+  std::unique_ptr<handoff_thread> handoff;
   teardown::deferred_domain* stats_domain = nullptr;
   free_path path;
+  if (mode.kind == case_mode::handoff) {
+    handoff = std::make_unique<handoff_thread>();
+    path.handoff = handoff.get();
+  }
   if (trim != nullptr) {
     own = domain_for(*trim);
     path = {true, own.get()};
@@ -439,6 +522,11 @@ case_report run_case(const std::string& shape, const shape_sizes& sizes, int rou
     r.caller_cpu_ms += thread_cpu_ms() - cpu;
   }
   r.peak_mib = r.peak_is_hwm ? peak_mib() : highest;
+  if (handoff != nullptr) {
+    const auto flush_start = clock_type::now();
+    r.worker_cpu_ms = handoff->drain_and_cpu_ms();
+    r.flush_ms = ms_between(flush_start, clock_type::now());
+  }
   if (stats_domain != nullptr) {
     const auto flush_start = clock_type::now();
     stats_domain->flush();
@@ -556,10 +644,11 @@ sweep_report run_node_sweep(std::size_t nodes, std::size_t count, bool deferred)
   return run_sweep_of<node_object>(count, deferred, [nodes] { return make_nodes(nodes); });
 }
 
-std::string mode_name(const trim_choice* trim) {
-  if (trim == nullptr) return "inline";
-  if (trim->name == "default") return "deferred";
-  return "deferred+" + trim->name;
+std::string mode_name(case_mode mode) {
+  if (mode.kind == case_mode::inline_free) return "inline";
+  if (mode.kind == case_mode::handoff) return "handoff";
+  if (mode.trim->name == "default") return "deferred";
+  return "deferred+" + mode.trim->name;
 }
 
 }  // namespace
@@ -578,26 +667,30 @@ int main(int argc, char** argv) {
     std::vector<std::string> table;
     if (opts.matrix) {
       for (const std::string& shape : opts.shapes) {
-        // Inline first, then each deferred mode, so that the modes of a shape run side by side.
-        std::vector<const trim_choice*> modes{nullptr};
-        for (const trim_choice& t : opts.trims) modes.push_back(&t);
+        // Inline first, then the plain hand-off (the limit), then each deferred mode, so that the
+        // modes of a shape run side by side.
+        std::vector<case_mode> modes{{case_mode::inline_free}, {case_mode::handoff}};
+        for (const trim_choice& t : opts.trims) modes.push_back({case_mode::deferred, &t});
         double inline_free = NAN;
         double inline_peak = NAN;
         double inline_cpu = NAN;
-        for (const trim_choice* trim : modes) {
-          const std::string mode = mode_name(trim);
-          progress("%s %s %s: ", opts.allocator.c_str(), shape.c_str(), mode.c_str());
-          const case_report r =
-              in_child<case_report>([&] { return run_case(shape, sizes, opts.rounds, trim); });
+        double handoff_cpu = NAN;
+        for (const case_mode mode : modes) {
+          const std::string name = mode_name(mode);
+          const trim_choice* const trim = mode.kind == case_mode::deferred ? mode.trim : nullptr;
+          progress("%s %s %s: ", opts.allocator.c_str(), shape.c_str(), name.c_str());
+          const case_report r = in_child<case_report>([&] { return run_case(shape, sizes, opts.rounds, mode); });
           const summary free_ms = summarize(std::vector<double>(r.free_ms, r.free_ms + r.rounds));
           const double limit = 0.05 * r.garbage_mib + 16;
-          // The CPU the frees took: the caller's inline; deferred, the reaper's and the caller's
-          // (its hand-overs, and what the domain chose to free inline after all).
-          const double cpu = trim == nullptr ? r.caller_cpu_ms : r.worker_cpu_ms + r.caller_cpu_ms;
-          if (trim == nullptr) {
+          // The CPU the frees took: the caller's inline; handed over or deferred, the other
+          // thread's and the caller's (its hand-overs, and what the domain freed inline after all).
+          const double cpu = r.worker_cpu_ms + r.caller_cpu_ms;
+          if (mode.kind == case_mode::inline_free) {
             inline_free = free_ms.median;
             inline_peak = r.peak_mib;
             inline_cpu = cpu;
+          } else if (mode.kind == case_mode::handoff) {
+            handoff_cpu = cpu;
           }
           const std::string queued =
               trim == nullptr ? std::string()
@@ -611,7 +704,7 @@ int main(int argc, char** argv) {
                    free_ms.median, r.garbage_mib, r.rss_after_mib, r.peak_mib, cpu, queued.c_str(),
                    r.failed[0] != '\0' ? ", failed: " : "", r.failed);
           json_object row;
-          row.set("part", "matrix").set("allocator", opts.allocator).set("shape", shape).set("mode", mode)
+          row.set("part", "matrix").set("allocator", opts.allocator).set("shape", shape).set("mode", name)
               .set("trim", trim == nullptr ? std::string("none") : trim->resolved).set("rounds", r.rounds)
               .set("objects_per_round", static_cast<std::uint64_t>(r.handed / std::max(1, r.rounds)))
               .set("free_ms", free_ms).set("start_mib", r.start_mib).set("garbage_mib", r.garbage_mib)
@@ -623,10 +716,12 @@ int main(int argc, char** argv) {
               .set("inline_rejected", r.inline_rejected).set("inline_other", r.inline_other);
           if (r.failed[0] != '\0') row.set("failed", r.failed);
           rows.push_back(std::move(row));
-          table.push_back(strprintf("%-8s %-8s %-20s %10.3f %8.2f %8.0f %8.0f %7.0f %8.0f %6.2f %8.0f %6.2f %5llu",
-                                    opts.allocator.c_str(), shape.c_str(), mode.c_str(), free_ms.median,
+          const char* const columns =
+              "%-8s %-8s %-20s %10.3f %8.2f %8.0f %8.0f %7.0f %8.0f %6.2f %8.0f %6.2f %6.2f %5llu";
+          table.push_back(strprintf(columns, opts.allocator.c_str(), shape.c_str(), name.c_str(), free_ms.median,
                                     free_ms.median / inline_free, r.garbage_mib, r.rss_after_mib, limit, r.peak_mib,
                                     r.peak_mib / inline_peak, cpu, cpu / inline_cpu,
+                                    mode.kind == case_mode::inline_free ? NAN : cpu / handoff_cpu,
                                     static_cast<unsigned long long>(r.trims)));
         }
       }
@@ -701,7 +796,7 @@ int main(int argc, char** argv) {
     if (!teardown_bench::write_document("alloc_matrix", opts.json, json)) return 1;
     if (!table.empty()) {
       progress("\nalloc    shape    mode                 free ms  /inline  garbage RSS-aft   limit     peak  /inl"
-               "   CPU ms  /inl trims\n");
+               "   CPU ms  /inl /hand trims\n");
       for (const std::string& line : table) progress("%s\n", line.c_str());
     }
     if (!sweep_table.empty()) {

@@ -18,7 +18,10 @@ of build/bench (the bench preset), build/h-allocbench and build/default that has
 Written into --out-dir (default benchmarks/results; with --quick a fresh folder under /tmp):
 alloc_matrix.json (every run's document, with the machine) and alloc_matrix.txt (the command,
 the machine, each run's tables, then the markdown tables docs/benchmarks.md quotes: the matrix
-with its ratios to inline, the goals met or not, and the crossover per allocator). --rerender
+with its ratios to inline and to the plain hand-off, the goals met or not, and the crossover per
+allocator). The hand-off row is the limit of any deferral: the same deletes posted to one plain
+thread at nice 19, no library (what the allocator charges for a free off the allocating thread,
+and the peak when that thread falls behind); the goals are the deferred rows'. --rerender
 runs nothing: it writes alloc_matrix.txt again from the alloc_matrix.json in --out-dir.
 
 The goals (each deferred row against the inline row of its allocator and shape):
@@ -128,24 +131,25 @@ def sweep_rows(doc, part="sweep"):
 def markdown_matrix(runs):
     lines = [
         "| allocator | shape | mode | free path ms | vs inline | garbage MiB | RSS after MiB (goal) "
-        "| peak MiB | vs inline | CPU ms | vs inline | trims |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| peak MiB | vs inline | vs hand-off | CPU ms | vs inline | vs hand-off | trims |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, doc in runs:
         inline = {}
+        handoff = {}  # the plain thread's row: the limit of any deferral
         for row in matrix_rows(doc):
             cpu = cpu_of(row)
-            if row["mode"] == "inline":
-                inline[row["shape"]] = row
-                inline[row["shape"]]["cpu"] = cpu
+            if row["mode"] in ("inline", "handoff"):
+                (inline if row["mode"] == "inline" else handoff)[row["shape"]] = dict(row, cpu=cpu)
             base = inline.get(row["shape"], {})
+            limit = handoff.get(row["shape"], {}) if row["mode"] not in ("inline", "handoff") else {}
             free = row["free_ms"]["median"]
             lines.append(
                 f"| {name} | {row['shape']} | {row['mode']} | {fmt(free, 3)} "
                 f"| {ratio(free, base.get('free_ms', {}).get('median'), 3)} | {fmt(row['garbage_mib'])} "
                 f"| {fmt(row['rss_after_mib'])} (≤ {fmt(row['rss_limit_mib'])}) | {fmt(row['peak_mib'])} "
-                f"| {ratio(row['peak_mib'], base.get('peak_mib'))} | {fmt(cpu)} | {ratio(cpu, base.get('cpu'))} "
-                f"| {row['trims']} |")
+                f"| {ratio(row['peak_mib'], base.get('peak_mib'))} | {ratio(row['peak_mib'], limit.get('peak_mib'))} "
+                f"| {fmt(cpu)} | {ratio(cpu, base.get('cpu'))} | {ratio(cpu, limit.get('cpu'))} | {row['trims']} |")
     return lines
 
 
@@ -156,8 +160,8 @@ def goals(runs):
     for name, doc in runs:
         inline = {row["shape"]: row for row in matrix_rows(doc) if row["mode"] == "inline"}
         for row in matrix_rows(doc):
-            if row["mode"] == "inline" or row["shape"] not in inline:
-                continue
+            if row["mode"] in ("inline", "handoff") or row["shape"] not in inline:
+                continue  # the goals are the library's: its deferred rows
             base = inline[row["shape"]]
             who = f"{name} {row['shape']} {row['mode']}"
             rss, limit = row["rss_after_mib"], row["rss_limit_mib"]
