@@ -54,11 +54,10 @@
 //   Not async-signal-safe: constructor, flush, freeze, thaw, stop, reap_on_caller, run, destructor (and, with
 //   on_work, enqueue beyond what on_work is).
 //
-// Memory ordering: the queue is an llist (release add, acquire del_all), so fn sees everything a producer wrote
-// to the item before enqueue. A kick is a release RMW on the state word and the exchange that ends the worker's
-// sleep an acquire: a worker that reads KICKED synchronizes with the kicking producer, so its next del_all sees
-// that add. Control requests (flush, freeze, stop) travel under a mutex; a relaxed flag tells the worker to look,
-// and a kick wakes it. Design: docs/design.md, "The reaper".
+// Memory ordering: the queue is an llist (release add, acquire del_all): fn sees what a producer wrote to the item
+// before enqueue. A kick is a release RMW on the state word, acquired by the exchange that ends the worker's sleep,
+// so its next del_all sees that add. Control requests (flush, freeze, stop) travel under a mutex; a relaxed flag
+// tells the worker to look, a kick wakes it. Design: docs/design.md, "The reaper".
 #pragma once
 
 #include "teardown/reaper/options.hpp"
