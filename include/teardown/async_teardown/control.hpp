@@ -212,9 +212,10 @@ class async_control {
 
   // deferred.hpp's exit path: exit() called from destroy on this composition's own worker. Marks
   // it shut down and tears down, on this thread, the rest of the worker's batch and everything
-  // queued (one_reaper only); false, changing nothing, anywhere else.
+  // queued (one reaper: one_reaper, or a policy derived from it over another Sync); false,
+  // changing nothing, anywhere else.
   bool shut_down_on_own_worker() noexcept {
-    if constexpr (CompiledOut || !std::is_same_v<Workers, one_reaper>) {
+    if constexpr (CompiledOut || !std::is_base_of_v<one_reaper, Workers>) {
       return false;
     } else {
       // A shared worker is stopped for every sharer: this runs only at exit.

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -256,6 +257,72 @@ TEST(CompositionScheduleTest, WhatADrainFreesIsTrimmedOnTheIdleWorkerWithoutAFlu
                    "piece " + std::to_string(x.id) + " destroyed " + std::to_string(x.runs.load()) + " times");
     }
     sched::check(trims_on_callers.load(std::memory_order_relaxed) == 0, "a trim ran on a producer or a drainer");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+
+// The exit path (deferred.hpp: exit() called from a destructor on the worker): the destroy stops
+// its own worker and tears down, on it, the rest of the batch and everything queued, while a
+// producer puts. exit() never returns, so the destroy then waits here until the checks are
+// done: each piece whose put has returned is torn down by then, by the worker's last pass (its
+// STOPPED exchange acquires the kick of every put before it) or by its producer (whose kick
+// found the worker stopped).
+std::function<bool()> shut_down_here;  // the scenario's composition's shut_down_on_own_worker
+sched::atomic<std::uint32_t> exit_done{0};
+sched::atomic<std::uint32_t> exit_may_return{0};
+struct exit_traits : piece_traits {
+  void destroy(piece& x) const noexcept {
+    piece_traits::destroy(x);
+    if (x.id != 0) return;
+    sched::check(shut_down_here(),
+                 "shut_down_on_own_worker refused on the worker");
+    exit_done.store(1, std::memory_order_release);
+    sched::sync::futex_wake_one(exit_done);
+    while (exit_may_return.load(std::memory_order_acquire) == 0) sched::sync::futex_wait(exit_may_return, 0);
+  }
+};
+// The exit path's entry, which deferred_domain reaches as async_teardown's friend.
+struct exit_composition
+    : teardown::async_teardown<piece, &piece::node, exit_traits, teardown::static_key, scheduled_one_reaper> {
+  using async_teardown::async_teardown;
+  using async_teardown::shut_down_on_own_worker;
+};
+
+TEST(CompositionScheduleTest, AShutdownOnTheWorkerTearsDownWhatProducersPutBesideIt) {
+  const auto result = sched::explore({.name = "async_teardown shut down on its worker", .schedules = schedules}, [] {
+    exit_done.store(0, std::memory_order_relaxed);
+    exit_may_return.store(0, std::memory_order_relaxed);
+    std::vector<piece> all(3);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
+    teardown::async_teardown_options opts;
+    opts.reaper.spin_polls = 0;
+    {
+      exit_composition composition(opts);
+      shut_down_here = [&] { return composition.shut_down_on_own_worker(); };
+      const auto put = [&](std::size_t i) {
+        all[i].published = sched::publish();
+        (void)composition.put(all[i]);
+      };
+      sched::thread producer([&] {
+        put(1);
+        put(2);
+      });
+      put(0);
+      while (exit_done.load(std::memory_order_acquire) == 0) sched::sync::futex_wait(exit_done, 0);
+      producer.join();
+      for (const piece& x : all) {
+        sched::check(x.runs.load(std::memory_order_relaxed) == 1,
+                     "piece " + std::to_string(x.id) + " destroyed " + std::to_string(x.runs.load()) +
+                         " times once the worker shut itself down and its put returned");
+      }
+      exit_may_return.store(1, std::memory_order_release);
+      sched::sync::futex_wake_one(exit_may_return);
+    }
+    for (const piece& x : all) {
+      sched::check(x.runs.load(std::memory_order_relaxed) == 1,
+                   "piece " + std::to_string(x.id) + " destroyed " + std::to_string(x.runs.load()) + " times");
+    }
   });
   expect_explored(result, expected_runs(schedules));
 }

@@ -151,6 +151,17 @@ plants = {
  'drain_asks_no_trim': (H + 'async_teardown/composition.hpp',
                         "        on_workers([](auto& workers) { workers.request_after_batch(); });",
                         "        (void)0;", 'CompositionScheduleTest.WhatADrainFrees*', 'composition_schedule_test'),
+ # Weakened orders: the worker's CPU figure published with its clock's close (a reader that finds
+ # the clock closed reads 0), and the STOPPED exchange of a stop on the worker's own thread (the
+ # exit path: its last pass misses a put whose kick came before it).
+ 'clock_close_relaxed': (H + 'reaper/cpu_clock.hpp',
+                         "fetch_or(clock_closed_bit, std::memory_order_release)",
+                         "fetch_or(clock_closed_bit, std::memory_order_relaxed)",
+                         'ScheduleTest.CpuTimeReadBesideTheWorkersExit*'),
+ 'own_worker_stop_relaxed': (CONTROL,
+                             "  (void)state_.exchange(stopped_bit, std::memory_order_acquire);\n  for (;;) {",
+                             "  (void)state_.exchange(stopped_bit, std::memory_order_relaxed);\n  for (;;) {",
+                             'CompositionScheduleTest.AShutdownOnTheWorker*', 'composition_schedule_test'),
  # The trimmer's protocol (allocator_trim_test: gates and flushes, not the scheduler) and the
  # deferred domain's decision (deferred_test):
  'flush_unsettled': (H + 'async_teardown/control.hpp',

@@ -277,6 +277,41 @@ TEST(ScheduleTest, AnEnqueueRacingTheWorkersEndIsTornDownByStopOrByItsProducer) 
   expect_explored(result, expected_runs(schedules));
 }
 
+// The worker's CPU clock read beside its exit (the pinning protocol, cpu_clock.hpp): a stats()
+// reader pins the live clock or, once the worker has closed it, reads the figure the worker
+// published before the close. Either way a reader that saw the worker's CPU time never sees 0
+// afterwards, and the figure stop() leaves is at least every reading (each live one ended
+// before the worker's last clock read).
+TEST(ScheduleTest, CpuTimeReadBesideTheWorkersExitNeverGoesBack) {
+  const auto result = sched::explore({.name = "cpu clock beside the worker's exit", .schedules = schedules}, [] {
+    std::vector<item> all = items(1);
+    scheduled_reaper reaper(count_runs{}, quiet());
+    std::vector<std::uint64_t> seen;
+    sched::thread reader([&] {
+      bool running = true;
+      while (running) {
+        const teardown::reaper_stats s = reaper.stats();
+        seen.push_back(s.worker_cpu_ns);
+        running = s.running;
+        sched::sync::yield();
+      }
+      seen.push_back(reaper.stats().worker_cpu_ns);  // once more, after the close
+    });
+    enqueue_each(reaper, all, 0, 1);
+    reaper.stop();
+    reader.join();
+    const std::uint64_t final_figure = reaper.stats().worker_cpu_ns;
+    bool saw_time = false;
+    for (const std::uint64_t ns : seen) {
+      sched::check(!saw_time || ns != 0, "a stats() after one that read the worker's CPU time read 0");
+      sched::check(ns <= final_figure, "the CPU time after stop is less than a reading before it");
+      saw_time = saw_time || ns != 0;
+    }
+    expect_once_each(all, "after stop");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
 // Sharded flags: an adder preempted between its push and its shard's flag must not hide an
 // item that another adder on the same shard then flushes. Each producer thread has its own
 // shard index; two shards make them share one whenever the indexes collide.
