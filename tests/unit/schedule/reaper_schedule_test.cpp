@@ -394,6 +394,60 @@ TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
   }
 }
 
+// No lost watch (reaper_pool.hpp, docs/design.md): a sibling that sleeps without a limit must
+// not miss a batch put in held_. In each of two rounds the first item to start blocks until the
+// rest of its batch is torn down, which only the other worker can do, by stealing it: that
+// worker either watched the batch's start (its limit brings it back when steal_after ripens) or
+// was seen idle and not watching by the holder's scan, which kicks it. The second round meets a
+// sibling that watched in the first (its watching flag goes from true to false beside the
+// holder's scan). A sibling that sleeps for good beside the blocked holder is a deadlock,
+// reported with the schedule's name.
+constexpr std::size_t kRounds = 2;
+constexpr std::size_t kBatch = 3;
+std::atomic<int> first_to_start[kRounds];
+sched::atomic<std::uint32_t> rest_done[kRounds];
+struct first_waits_for_the_rest {
+  void operator()(item& x) const noexcept {
+    const std::size_t round = static_cast<std::size_t>(x.id) / kBatch;
+    int none = -1;
+    if (first_to_start[round].compare_exchange_strong(none, x.id, std::memory_order_relaxed)) {
+      for (std::uint32_t seen; (seen = rest_done[round].load(std::memory_order_acquire)) < kBatch - 1;) {
+        sched::sync::futex_wait(rest_done[round], seen);
+      }
+      count_runs{}(x);
+      return;
+    }
+    count_runs{}(x);
+    rest_done[round].fetch_add(1, std::memory_order_release);
+    sched::sync::futex_wake_one(rest_done[round]);
+  }
+};
+
+TEST(ScheduleTest, AHeldBatchBehindABlockedItemIsStolenByTheIdleSibling) {
+  const auto result = sched::explore({.name = "pool no lost watch", .schedules = schedules}, [] {
+    std::vector<item> all = items(static_cast<int>(kRounds * kBatch));
+    for (std::size_t r = 0; r < kRounds; ++r) {
+      first_to_start[r].store(-1, std::memory_order_relaxed);
+      rest_done[r].store(0, std::memory_order_relaxed);
+    }
+    {
+      teardown::reaper_pool<item, &item::node, first_waits_for_the_rest, sharded_queue> pool(
+          first_waits_for_the_rest{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = quiet()});
+      for (std::size_t r = 0; r < kRounds; ++r) {
+        teardown::llist_chain<item, &item::node> batch;  // one worker takes the round's items at once
+        for (std::size_t i = r * kBatch; i < (r + 1) * kBatch; ++i) {
+          all[i].published = sched::publish();
+          batch.push_back(all[i]);
+        }
+        pool.enqueue_chain(std::move(batch));
+        pool.flush();
+        expect_once_each(all, "pool flush", r * kBatch, (r + 1) * kBatch);
+      }
+    }
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
 // The stall watchdog: while the item in fn blocks, an item left on the queue behind it makes
 // stalled() true once it has waited the threshold — including an add that lands while the
 // worker takes its batch. A queue that records what each take took tells the scenario which
