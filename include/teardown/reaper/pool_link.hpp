@@ -7,8 +7,9 @@
 //   item_started_ns, idle                written by the worker only; read by its siblings (the pool's hooks).
 //   watching                             written by the worker (in the pool's watch hook); read by siblings.
 // Memory ordering: these words carry no data. seq_cst only where "No lost watch" says (the batch's first
-// item_started_ns, idle = true, and watching on both sides), relaxed hints elsewhere; items themselves move by
-// the exchanges on the worker's held_ list.
+// item_started_ns on both sides, watching = false and the holder's load of it), relaxed elsewhere: idle and
+// watching = true are read after that seq_cst pair, which orders them; items themselves move by the exchanges
+// on the worker's held_ list.
 //
 // Design: docs/design.md, "In a pool".
 #pragma once

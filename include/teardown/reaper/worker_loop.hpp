@@ -202,12 +202,10 @@ inline void reaper<T, Hook, Fn, Queue>::run_in_flight() noexcept {
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline void reaper<T, Hook, Fn, Queue>::set_idle(bool idle) noexcept {
+  // relaxed: a holder's scan reads the flag after it read our watch's seq_cst store of
+  // watching, which this store is sequenced before (see "No lost watch").
   if (link_->idle.load(std::memory_order_relaxed) == idle) return;
-  if (idle) {
-    link_->idle.store(true, std::memory_order_seq_cst);  // seq_cst: pairs with holding()'s scan
-  } else {
-    link_->idle.store(false, std::memory_order_relaxed);
-  }
+  link_->idle.store(idle, std::memory_order_relaxed);
 }
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>

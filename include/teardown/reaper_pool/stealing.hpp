@@ -185,7 +185,9 @@ inline std::uint64_t reaper_pool<T, Hook, Fn, Queue>::watch(std::size_t watcher)
     if (!workers_[j]->held_.empty()) stealable = true;
   }
   if (earliest == 0) return worker_type::no_watch;
-  self.watching.store(true, std::memory_order_seq_cst);  // seq_cst: as above
+  // relaxed: a holder that reads true skips its kick, and we come back at our limit anyway; a
+  // seq_cst load never reads this store in place of a later false (it is sequenced before it).
+  self.watching.store(true, std::memory_order_relaxed);
   if (steal_refused_.load(std::memory_order_relaxed)) return min_watch_ns;
   const std::uint64_t now = sync_ops::now_ns();
   const std::uint64_t ripe = earliest + steal_after_ns_;
@@ -199,9 +201,11 @@ inline void reaper_pool<T, Hook, Fn, Queue>::holding(std::size_t holder) noexcep
   if (!ready_.load(std::memory_order_acquire)) return;
   for (std::size_t k = 1; k < count_; ++k) {
     const std::size_t j = (holder + k) % count_;
-    // seq_cst: both pair with watch()'s stores and set_idle(true) (see "No lost watch").
+    // seq_cst: pairs with watch()'s seq_cst store of false (see "No lost watch"). Reading it,
+    // we synchronize with the sibling, so the relaxed idle load below sees its set_idle(true),
+    // sequenced before that store.
     if (links_[j]->watching.load(std::memory_order_seq_cst)) continue;
-    if (!links_[j]->idle.load(std::memory_order_seq_cst)) continue;
+    if (!links_[j]->idle.load(std::memory_order_relaxed)) continue;
     (void)workers_[j]->kick();
   }
 }
