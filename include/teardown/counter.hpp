@@ -67,6 +67,8 @@
 #include <memory>
 #include <thread>
 
+#include "teardown/atomics.hpp"
+
 namespace teardown {
 
 namespace detail {
@@ -231,19 +233,23 @@ inline std::size_t this_thread_shard_index() noexcept {
 
 }  // namespace detail
 
-class sharded_counter {
+/// Atomics: an Atomics policy (atomics.hpp; a Sync policy is one) for the shards' words. A
+/// composition counts with its workers' policy, so that a schedule test's weak memory reaches
+/// its snapshots (async_teardown::stats).
+template <class Atomics = std_atomics>
+class basic_sharded_counter {
  public:
   /// shards == 0 picks the number of hardware threads rounded up to a power of two (at least
   /// 1, at most 256). Any other value is clamped to [1, 256] and rounded up to a power of two.
   /// May throw std::bad_alloc.
-  explicit sharded_counter(std::size_t shards = 0)
+  explicit basic_sharded_counter(std::size_t shards = 0)
       : mask_(std::bit_ceil(std::clamp<std::size_t>(
                   shards != 0 ? shards : std::thread::hardware_concurrency(), 1, 256)) - 1),
         shards_(std::make_unique<shard[]>(mask_ + 1)) {
     detail::shard_indexes.prepare();  // in case this runs before the load-time call
   }
-  sharded_counter(const sharded_counter&) = delete;
-  sharded_counter& operator=(const sharded_counter&) = delete;
+  basic_sharded_counter(const basic_sharded_counter&) = delete;
+  basic_sharded_counter& operator=(const basic_sharded_counter&) = delete;
 
   /// Lock-free and async-signal-safe, the thread's first add included; see the header
   /// comment. `order` is for callers that read several counters as
@@ -263,11 +269,13 @@ class sharded_counter {
 
  private:
   struct alignas(64) shard {
-    std::atomic<std::uint64_t> value{0};
+    typename Atomics::template atomic<std::uint64_t> value{0};
   };
 
   std::size_t mask_;
   std::unique_ptr<shard[]> shards_;
 };
+
+using sharded_counter = basic_sharded_counter<>;
 
 }  // namespace teardown

@@ -95,6 +95,8 @@ class async_teardown
   using gate_pass = detail::gate_pass<detail::domain_gate<>>;  // a shared worker's: see put()
   // Over the workers' Sync policy, so that a schedule test interleaves its callers too.
   using trimmer_type = basic_allocator_trimmer<typename detail::workers_sync<Workers>::type>;
+  // The event counters on the same policy: stats()' snapshot order under a schedule test's weak memory.
+  using counter_type = basic_sharded_counter<typename detail::workers_sync<Workers>::type>;
 
  public:
   /// Starts the worker(s) (unless the deferred path is compiled out). Throws
@@ -636,15 +638,15 @@ class async_teardown
   struct alignas(64) padded_count {
     std::atomic<std::uint32_t> value{0};
   } in_flight_;
-  sharded_counter queued_;
-  sharded_counter inline_total_;
-  sharded_counter inline_rejected_;
-  sharded_counter inline_stalled_;
-  sharded_counter inline_uncontended_;
-  sharded_counter inline_small_;
-  sharded_counter reaped_;
-  sharded_counter drained_;
-  sharded_counter errors_;  // a shared worker's destroy errors (its own worker counts them)
+  counter_type queued_;
+  counter_type inline_total_;
+  counter_type inline_rejected_;
+  counter_type inline_stalled_;
+  counter_type inline_uncontended_;
+  counter_type inline_small_;
+  counter_type reaped_;
+  counter_type drained_;
+  counter_type errors_;  // a shared worker's destroy errors (its own worker counts them)
   detail::domain_gate<> gate_;  // shared worker only
   detail::shared_client<T> client_{this, &async_teardown::reap_shared};
   const pid_t created_in_ = getpid();

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -261,6 +262,79 @@ TEST(CompositionScheduleTest, WhatADrainFreesIsTrimmedOnTheIdleWorkerWithoutAFlu
   expect_explored(result, expected_runs(schedules));
 }
 
+
+// stats() beside every way a put ends (async_teardown.hpp, "each subset before its superset"):
+// small pieces go inline (inline_small), a put with no other in flight goes inline
+// (min_concurrent 2: inline_uncontended), a full budget rejects (inline_rejected), the rest
+// queue and are reaped by the worker or drained (drained within reaped). The counters are on
+// the workers' Sync policy, so under weak memory a reader's snapshot may see a subset's add
+// only with the superset's before it: never drained > reaped > queued, nor inline subsets
+// above inline_total.
+struct sized_piece_traits : piece_traits {
+  std::uint64_t cost(const piece& x) const noexcept { return x.id % 3 == 2 ? 10 : 100; }
+};
+using stats_composition =
+    teardown::async_teardown<piece, &piece::node, sized_piece_traits, teardown::static_key, scheduled_one_reaper>;
+
+TEST(CompositionScheduleTest, AStatsSnapshotNeverSeesASubsetAboveItsSuperset) {
+  // Runs in which each way of ending was taken: the scenario must reach all of them.
+  std::uint64_t drained = 0, rejected = 0, uncontended = 0, small = 0;
+  const auto result = sched::explore({.name = "async_teardown stats snapshots", .schedules = schedules}, [&] {
+    std::vector<piece> all(6);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
+    teardown::async_teardown_options opts;
+    opts.threshold = 50;        // cost 10 (ids 2, 5): inline_small
+    opts.max_pending = 250;     // two queued at most: inline_rejected
+    opts.min_concurrent = 2;    // a put alone: inline_uncontended
+    opts.reaper.spin_polls = 0;
+    {
+      stats_composition composition(opts);
+      const auto put = [&](std::size_t from, std::size_t to) {
+        for (std::size_t i = from; i < to; ++i) {
+          all[i].published = sched::publish();
+          (void)composition.put(all[i]);
+        }
+      };
+      const auto check_snapshot = [&] {
+        const auto s = composition.stats();
+        sched::check(s.drained <= s.reaped && s.reaped <= s.queued,
+                     "a snapshot with drained " + std::to_string(s.drained) + ", reaped " + std::to_string(s.reaped) +
+                         ", queued " + std::to_string(s.queued));
+        sched::check(s.inline_rejected + s.inline_stalled + s.inline_uncontended + s.inline_small <= s.inline_total,
+                     "a snapshot with inline subsets (rejected " + std::to_string(s.inline_rejected) + ", uncontended " +
+                         std::to_string(s.inline_uncontended) + ", small " + std::to_string(s.inline_small) +
+                         ") above inline_total " + std::to_string(s.inline_total));
+      };
+      {
+        sched::thread a([&] { put(0, 3); });
+        sched::thread b([&] { put(3, 6); });
+        sched::thread drainer([&] { (void)composition.drain(~std::uint64_t{0}); });
+        for (int snapshot = 0; snapshot < 3; ++snapshot) check_snapshot();
+      }
+      composition.flush();
+      check_snapshot();
+      const auto end = composition.stats();
+      drained += end.drained != 0;
+      rejected += end.inline_rejected != 0;
+      uncontended += end.inline_uncontended != 0;
+      small += end.inline_small != 0;
+      for (const piece& x : all) {
+        sched::check(x.runs.load(std::memory_order_relaxed) == 1,
+                     "piece " + std::to_string(x.id) + " destroyed " + std::to_string(x.runs.load()) + " times");
+      }
+    }
+  });
+  expect_explored(result, expected_runs(schedules));
+  if (result.runs >= 100) {
+    EXPECT_GT(drained, 0u);
+    EXPECT_GT(rejected, 0u);
+    EXPECT_GT(uncontended, 0u);
+    EXPECT_GT(small, 0u);
+  }
+  std::fprintf(stderr, "stats snapshots: runs with drained %llu, rejected %llu, uncontended %llu, small %llu\n",
+               static_cast<unsigned long long>(drained), static_cast<unsigned long long>(rejected),
+               static_cast<unsigned long long>(uncontended), static_cast<unsigned long long>(small));
+}
 
 // The exit path (deferred.hpp: exit() called from a destructor on the worker): the destroy stops
 // its own worker and tears down, on it, the rest of the batch and everything queued, while a
