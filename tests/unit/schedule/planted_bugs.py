@@ -162,6 +162,16 @@ plants = {
                              "  (void)state_.exchange(stopped_bit, std::memory_order_acquire);\n  for (;;) {",
                              "  (void)state_.exchange(stopped_bit, std::memory_order_relaxed);\n  for (;;) {",
                              'CompositionScheduleTest.AShutdownOnTheWorker*', 'composition_schedule_test'),
+ # The pool's no lost watch: the holder's scan loads watching acquire only (a store-buffering
+ # pair with the sleeper's store of false: both miss each other, and the sibling sleeps for good).
+ 'lost_watch': (STEAL, "    if (links_[j]->watching.load(std::memory_order_seq_cst)) continue;",
+                "    if (links_[j]->watching.load(std::memory_order_acquire)) continue;",
+                'ScheduleTest.AHeldBatchBehindABlockedItem*'),
+ # stats()' snapshot order: reaped counted relaxed (a snapshot then sees reaped above queued).
+ 'reaped_unordered': (H + 'async_teardown/composition.hpp',
+                      "        self->reaped_.add(1, std::memory_order_release);",
+                      "        self->reaped_.add(1, std::memory_order_relaxed);",
+                      'CompositionScheduleTest.AStatsSnapshot*', 'composition_schedule_test'),
  # The trimmer's protocol (allocator_trim_test: gates and flushes, not the scheduler) and the
  # deferred domain's decision (deferred_test):
  'flush_unsettled': (H + 'async_teardown/control.hpp',
