@@ -265,7 +265,8 @@ TEST(CompositionScheduleTest, WhatADrainFreesIsTrimmedOnTheIdleWorkerWithoutAFlu
 
 // stats() beside every way a put ends (async_teardown.hpp, "each subset before its superset"):
 // small pieces go inline (inline_small), a put with no other in flight goes inline
-// (min_concurrent 2: inline_uncontended), a full budget rejects (inline_rejected), the rest
+// (min_concurrent 2: inline_uncontended), a full budget rejects (inline_rejected), a put
+// behind a teardown that outlasts the stall threshold goes inline (inline_stalled), the rest
 // queue and are reaped by the worker or drained (drained within reaped). The counters are on
 // the workers' Sync policy, so under weak memory a reader's snapshot may see a subset's add
 // only with the superset's before it: never drained > reaped > queued, nor inline subsets
@@ -278,7 +279,7 @@ using stats_composition =
 
 TEST(CompositionScheduleTest, AStatsSnapshotNeverSeesASubsetAboveItsSuperset) {
   // Runs in which each way of ending was taken: the scenario must reach all of them.
-  std::uint64_t drained = 0, rejected = 0, uncontended = 0, small = 0;
+  std::uint64_t drained = 0, rejected = 0, uncontended = 0, small = 0, stalled = 0;
   const auto result = sched::explore({.name = "async_teardown stats snapshots", .schedules = schedules}, [&] {
     std::vector<piece> all(6);
     for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
@@ -287,6 +288,7 @@ TEST(CompositionScheduleTest, AStatsSnapshotNeverSeesASubsetAboveItsSuperset) {
     opts.max_pending = 250;     // two queued at most: inline_rejected
     opts.min_concurrent = 2;    // a put alone: inline_uncontended
     opts.reaper.spin_polls = 0;
+    opts.reaper.stall_threshold = std::chrono::nanoseconds(0);  // any wait behind a teardown: inline_stalled
     {
       stats_composition composition(opts);
       const auto put = [&](std::size_t from, std::size_t to) {
@@ -318,6 +320,7 @@ TEST(CompositionScheduleTest, AStatsSnapshotNeverSeesASubsetAboveItsSuperset) {
       rejected += end.inline_rejected != 0;
       uncontended += end.inline_uncontended != 0;
       small += end.inline_small != 0;
+      stalled += end.inline_stalled != 0;
       for (const piece& x : all) {
         sched::check(x.runs.load(std::memory_order_relaxed) == 1,
                      "piece " + std::to_string(x.id) + " destroyed " + std::to_string(x.runs.load()) + " times");
@@ -330,10 +333,12 @@ TEST(CompositionScheduleTest, AStatsSnapshotNeverSeesASubsetAboveItsSuperset) {
     EXPECT_GT(rejected, 0u);
     EXPECT_GT(uncontended, 0u);
     EXPECT_GT(small, 0u);
+    EXPECT_GT(stalled, 0u);
   }
-  std::fprintf(stderr, "stats snapshots: runs with drained %llu, rejected %llu, uncontended %llu, small %llu\n",
+  std::fprintf(stderr, "stats snapshots: runs with drained %llu, rejected %llu, uncontended %llu, small %llu, stalled %llu\n",
                static_cast<unsigned long long>(drained), static_cast<unsigned long long>(rejected),
-               static_cast<unsigned long long>(uncontended), static_cast<unsigned long long>(small));
+               static_cast<unsigned long long>(uncontended), static_cast<unsigned long long>(small),
+               static_cast<unsigned long long>(stalled));
 }
 
 // The exit path (deferred.hpp: exit() called from a destructor on the worker): the destroy stops
