@@ -54,6 +54,7 @@ HEADERS = {
     H + 'reaper_pool/stealing.hpp': ['reaper_schedule_test'],
     H + 'trace.hpp': ['reaper_schedule_test'],
     H + 'shared_worker.hpp': ['shared_worker_test'],
+    H + 'async_teardown/composition.hpp': ['composition_schedule_test'],
 }
 ORDER = re.compile(r'std::memory_order_(acquire|release|acq_rel|seq_cst)\b')
 
