@@ -45,8 +45,9 @@
 // hook called on another thread. Removal is the store-buffering pattern, all four accesses
 // seq_cst: the emit counts itself in flight, then loads the hooks; the writer stores nullptr,
 // then reads the counts. So either the emit loads nullptr, or the writer sees it counted and
-// waits for its release decrement (which its acquire read of 0 pairs with). The key itself is
-// relaxed (static_key.hpp).
+// waits for its release decrement (which its acquire read of 0 pairs with). set_hook empties the
+// later slots relaxed and exchanges the first with seq_cst last: emits load the slots in order,
+// so that exchange stands for them all. The key itself is relaxed (static_key.hpp).
 // Design: docs/design.md, "trace points".
 #pragma once
 
@@ -327,10 +328,14 @@ struct hook_slot {
       // The other slots are emptied before fn lands in the first: an emit that loads fn there
       // then sees them empty (emits load the slots in order), so it never calls fn twice.
       for (std::size_t index = 1; index < max_hooks; ++index) {
-        // seq_cst: pairs with the emit's seq_cst increment and load (see call()).
-        removed |= functions[index].exchange(nullptr, std::memory_order_seq_cst) != nullptr;
+        // relaxed: the seq_cst exchange of the first slot below publishes these. An emit that
+        // loads that exchange's value (or a later one) in the first slot is ordered after it,
+        // so it finds these slots empty; one that loads an older value there did so before
+        // the exchange in the seq_cst order, so its count came before drain()'s reads of it.
+        removed |= functions[index].exchange(nullptr, std::memory_order_relaxed) != nullptr;
       }
-      // seq_cst: releases fn to the emit's acquire load, and removes the old first hook.
+      // seq_cst: releases fn (and the emptied slots above) to the emit's acquire load, and
+      // removes the old first hook: pairs with the emit's seq_cst increment and load (call()).
       const hook<Event> old = functions[0].exchange(fn, std::memory_order_seq_cst);
       removed |= old != nullptr && old != fn;
       key.set(fn != nullptr);
