@@ -303,8 +303,9 @@ TEST(CompositionScheduleTest, AStatsSnapshotNeverSeesASubsetAboveItsSuperset) {
                      "a snapshot with drained " + std::to_string(s.drained) + ", reaped " + std::to_string(s.reaped) +
                          ", queued " + std::to_string(s.queued));
         sched::check(s.inline_rejected + s.inline_stalled + s.inline_uncontended + s.inline_small <= s.inline_total,
-                     "a snapshot with inline subsets (rejected " + std::to_string(s.inline_rejected) + ", uncontended " +
-                         std::to_string(s.inline_uncontended) + ", small " + std::to_string(s.inline_small) +
+                     "a snapshot with inline subsets (rejected " + std::to_string(s.inline_rejected) +
+                         ", uncontended " + std::to_string(s.inline_uncontended) + ", small " +
+                         std::to_string(s.inline_small) + ", stalled " + std::to_string(s.inline_stalled) +
                          ") above inline_total " + std::to_string(s.inline_total));
       };
       {
@@ -335,7 +336,8 @@ TEST(CompositionScheduleTest, AStatsSnapshotNeverSeesASubsetAboveItsSuperset) {
     EXPECT_GT(small, 0u);
     EXPECT_GT(stalled, 0u);
   }
-  std::fprintf(stderr, "stats snapshots: runs with drained %llu, rejected %llu, uncontended %llu, small %llu, stalled %llu\n",
+  std::fprintf(stderr,
+               "stats snapshots: runs with drained %llu, rejected %llu, uncontended %llu, small %llu, stalled %llu\n",
                static_cast<unsigned long long>(drained), static_cast<unsigned long long>(rejected),
                static_cast<unsigned long long>(uncontended), static_cast<unsigned long long>(small),
                static_cast<unsigned long long>(stalled));
