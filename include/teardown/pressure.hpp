@@ -198,8 +198,9 @@ class pressure_monitor {
     if (joined_) return true;
     if (creator_.here()) {
       (void)stop_.notify();
-      // acquire: pairs with entry()'s release store once run() has returned.
-      while (finished_.load(std::memory_order_acquire) == 0) {
+      // Relaxed: finished_ only says the join below will not wait on a callback; the join
+      // itself orders everything the thread did before this thread goes on.
+      while (finished_.load(std::memory_order_relaxed) == 0) {
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) return false;
         const auto left = deadline == std::chrono::steady_clock::time_point::max()
@@ -447,9 +448,9 @@ class pressure_monitor {
   static void* entry(void* self) {
     auto* const monitor = static_cast<pressure_monitor*>(self);
     monitor->run();
-    // release: pairs with stop_for's acquire load (the thread is done with the monitor but for
-    // this word, and the join stop_for then makes waits only for the thread's exit).
-    monitor->finished_.store(1, std::memory_order_release);
+    // Relaxed: stop_for joins the thread after reading it, and the join is what orders (the
+    // thread is done with the monitor but for this word, so the join waits only for its exit).
+    monitor->finished_.store(1, std::memory_order_relaxed);
     detail::futex_wake_all(monitor->finished_);
     return nullptr;
   }

@@ -38,8 +38,8 @@
 // reliefs would run first-in first-out; give such targets budgets of their own.
 //
 // Memory ordering: the callbacks run under the monitor's mutex (pressure.hpp). The counters are
-// relaxed, except that the policy counts an event (a relief) after its actions with release and
-// stats() reads that count first with acquire: a snapshot that counts it shows what it did.
+// relaxed, except that the policy counts an event (a relief) after its actions and stats() reads
+// that count first (a snapshot_count): a snapshot that counts it shows what it did.
 // Design: docs/design.md, "Memory pressure: pressure.hpp and pressure_policy.hpp".
 #pragma once
 
@@ -57,6 +57,7 @@
 #include "teardown/async_teardown.hpp"  // drain_result
 #include "teardown/budget.hpp"
 #include "teardown/pressure.hpp"
+#include "teardown/snapshot_count.hpp"
 #include "teardown/trace.hpp"
 
 namespace teardown {
@@ -174,9 +175,9 @@ class pressure_policy final : private pressure_listener {
   /// a snapshot that counts an event or a relief shows everything it did.
   pressure_policy_stats stats() const noexcept {
     pressure_policy_stats s;
-    // acquire, first: pair with the release adds made after each callback's actions.
-    s.events = events_.load(std::memory_order_acquire);
-    s.reliefs = reliefs_.load(std::memory_order_acquire);
+    // First: each is added after its callback's actions (snapshot_count.hpp).
+    s.events = events_.read_first();
+    s.reliefs = reliefs_.read_first();
     s.episodes = episodes_.load(std::memory_order_relaxed);
     s.thawed = thawed_.load(std::memory_order_relaxed);
     s.refrozen = refrozen_.load(std::memory_order_relaxed);
@@ -221,7 +222,7 @@ class pressure_policy final : private pressure_listener {
   // Acts on its own episode state rather than on `first`: a policy subscribed mid-episode
   // begins its own at the first event it hears.
   void on_pressure(bool, std::uint64_t) override {
-    trace::pressure("pressure", events_.load(std::memory_order_relaxed) + 1, domain_);
+    trace::pressure("pressure", events_.read() + 1, domain_);
     if (!active_) {
       active_ = true;
       active_flag_.store(true, std::memory_order_relaxed);
@@ -237,15 +238,14 @@ class pressure_policy final : private pressure_listener {
       drained_cost_.fetch_add(drained.cost, std::memory_order_relaxed);
       trace::pressure("drain", drained.cost, domain_);
     }
-    // Last, release: pairs with the acquire read in stats(), so a snapshot that counts this
-    // event counts what it did.
-    events_.fetch_add(1, std::memory_order_release);
+    // Last: a snapshot that counts this event counts what it did.
+    events_.add_last();
   }
 
   void on_relief() override {
     trace::pressure("relief", 0, domain_);
     restore();
-    reliefs_.fetch_add(1, std::memory_order_release);  // last; pairs with stats()' acquire
+    reliefs_.add_last();  // last: a snapshot that counts this relief sees its restore
   }
 
   void lower_cap() {
@@ -334,7 +334,8 @@ class pressure_policy final : private pressure_listener {
   int found_nice_ = 0;
   std::uint64_t held_levels_ = 0;
 
-  std::atomic<std::uint64_t> events_{0}, episodes_{0}, reliefs_{0}, thawed_{0}, refrozen_{0};
+  snapshot_count events_, reliefs_;
+  std::atomic<std::uint64_t> episodes_{0}, thawed_{0}, refrozen_{0};
   std::atomic<std::uint64_t> nice_raised_{0}, nice_refused_{0}, nice_restored_{0};
   std::atomic<std::uint64_t> drained_items_{0}, drained_cost_{0};
   std::atomic<std::uint64_t> caps_lowered_{0}, caps_restored_{0}, caps_kept_{0};

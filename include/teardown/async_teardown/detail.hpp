@@ -3,8 +3,9 @@
 // in-flight count of the concurrency gate, a put's pass through a shared worker's gate, and
 // the option checks (among them the one that refuses a pool.worker).
 //
-// Memory ordering: this_thread_identity's flag pairs with itself on one thread (see there); the
-// in-flight count is relaxed (a load estimate, it publishes nothing).
+// Memory ordering: this_thread_identity's flag is ordered by signal fences, one thread and its
+// signal handlers being all that touch it (see there); the in-flight count is relaxed (a load
+// estimate, it publishes nothing).
 // Design: docs/design.md, "async_teardown: the composition".
 #pragma once
 
@@ -44,14 +45,18 @@ struct thread_identity {
 inline const thread_identity& this_thread_identity() noexcept {
   static constinit thread_local thread_identity identity{};
   static constinit thread_local std::atomic<bool> known{false};
-  // acquire: pairs with the release below, made by this thread or by a signal handler on it
-  // (no other thread touches these); it keeps the compiler from reading identity before known.
-  if (!known.load(std::memory_order_acquire)) {
+  // Only this thread and a signal handler on it touch these, so the order to keep is the
+  // compiler's: a signal fence, not a hardware one. The acquire fence pairs with the release
+  // fence below: a true known read here means identity is complete.
+  const bool filled = known.load(std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_acquire);
+  if (!filled) {
 #if defined(__linux__)
     identity.tid = syscall(SYS_gettid);
     if (pthread_getname_np(pthread_self(), identity.name, sizeof identity.name) != 0) identity.name[0] = '\0';
 #endif
-    known.store(true, std::memory_order_release);  // identity is complete before known is true
+    std::atomic_signal_fence(std::memory_order_release);  // identity is complete before known is true
+    known.store(true, std::memory_order_relaxed);
   }
   return identity;
 }

@@ -27,8 +27,8 @@
 //   direction, set_direction, delay, set_delay, stats, worker_stats, begin_stopping
 //                          any thread; wait-free.
 //
-// Memory ordering: the walk is guarded by mmap_lock; the counters are relaxed, except `reaped`,
-// added with release after a victim's walk and read first with acquire by stats(), so
+// Memory ordering: the walk is guarded by mmap_lock; the counters are relaxed, except `reaped`, a
+// snapshot_count: added last after a victim's walk and read first by stats(), so
 // reaped <= queued in every snapshot.
 // Design: docs/design.md, "The model's OOM reaper and its chunk walk".
 #pragma once
@@ -46,6 +46,7 @@
 
 #include "teardown/model/mm_struct.hpp"
 #include "teardown/reaper.hpp"
+#include "teardown/snapshot_count.hpp"
 
 namespace teardown::model {
 
@@ -112,9 +113,9 @@ class oom_reaper {
   /// A snapshot; reaped is read before queued, so reaped <= queued.
   oom_reap_stats stats() const noexcept {
     oom_reap_stats s;
-    // acquire: pairs with the release add in reap; the queued add of every victim counted
-    // there happened before it (through the oom_reaper's queue).
-    s.reaped = counts_.reaped.load(std::memory_order_acquire);
+    // First (snapshot_count.hpp): the queued add of every victim counted in reaped happened
+    // before that add (through the oom_reaper's queue).
+    s.reaped = counts_.reaped.read_first();
     s.skipped = counts_.skipped.load(std::memory_order_relaxed);
     s.queued = counts_.queued.load(std::memory_order_relaxed);
     s.errors = counts_.errors.load(std::memory_order_relaxed);
@@ -287,13 +288,14 @@ class oom_reaper {
     mm_struct& mm = *request.mm;
     wait_delay(request.queued_at_ns);
     reap_walk(mm);
-    counts_.reaped.fetch_add(1, std::memory_order_release);  // pairs with stats()
+    counts_.reaped.add_last();  // after the walk
     detail::mmdrop(mm);  // oom_kill's reference; may free mm
   }
 
   // What the thread reads comes before it, so it stops before any of that dies.
   struct counters {  // relaxed, except reaped (see stats)
-    std::atomic<std::uint64_t> queued{0}, reaped{0}, skipped{0}, errors{0};
+    std::atomic<std::uint64_t> queued{0}, skipped{0}, errors{0};
+    snapshot_count reaped;
     std::atomic<std::uint64_t> reaper_pages{0}, reaper_chunks{0}, reaper_work_ns{0}, reaper_wait_ns{0};
     std::atomic<std::uint64_t> exit_pages{0}, exit_chunks{0}, exit_work_ns{0}, exit_wait_ns{0};
   };

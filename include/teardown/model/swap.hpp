@@ -20,8 +20,8 @@
 //   flush, stop, stop_for         any thread but the worker; may block.
 //
 // Memory ordering: the slot map and the counters are relaxed (a slot holds no data in the model,
-// so freeing one publishes nothing), except `released`: added with release after a batch's
-// slots are freed, read first with acquire by stats(), so released <= batches.
+// so freeing one publishes nothing), except `released`, a snapshot_count: added last after a
+// batch's slots are freed, read first by stats(), so released <= batches.
 // Design: docs/design.md, "model/mm.hpp: the kernel's composition, in user space".
 #pragma once
 
@@ -40,6 +40,7 @@
 
 #include "teardown/async_teardown.hpp"
 #include "teardown/llist.hpp"
+#include "teardown/snapshot_count.hpp"
 
 namespace teardown::model {
 
@@ -225,8 +226,8 @@ class swap_release {
   swap_release_stats stats() const noexcept {
     const async_teardown_stats worker = worker_.stats();
     swap_release_stats s;
-    // acquire: pairs with the release add in release_batch; the batch's count came first.
-    s.released = counts_.released.load(std::memory_order_acquire);
+    // First: added after the batch's count (snapshot_count.hpp).
+    s.released = counts_.released.read_first();
     s.batches = counts_.batches.load(std::memory_order_relaxed);
     s.batched = counts_.batched.load(std::memory_order_relaxed);
     s.inline_entries = counts_.inline_entries.load(std::memory_order_relaxed);
@@ -280,7 +281,7 @@ class swap_release {
     void (*deallocate)(void*) noexcept = batch.deallocate;
     batch.~swap_batch();
     deallocate(&batch);
-    counts_.released.fetch_add(1, std::memory_order_release);  // pairs with stats()
+    counts_.released.add_last();  // after the batch's slots and its count
   }
 
   static std::uint32_t validated_min_exiting(std::uint32_t exits) {
@@ -295,7 +296,8 @@ class swap_release {
 
   // What the worker uses comes before it, so it stops before any of that dies.
   struct counters {  // relaxed, except released (see stats)
-    std::atomic<std::uint64_t> batched{0}, inline_entries{0}, batches{0}, alloc_failures{0}, released{0};
+    std::atomic<std::uint64_t> batched{0}, inline_entries{0}, batches{0}, alloc_failures{0};
+    snapshot_count released;
   };
   std::unique_ptr<swap_space> device_;
   counters counts_;

@@ -129,8 +129,9 @@ inline void forget_helper(shadow_state& s, bool unmap_stack) noexcept {
   if (unmap_stack && s.stack != nullptr) munmap(s.stack, s.stack_bytes);
   s.stack = nullptr;
   s.stack_bytes = 0;
-  s.pid.store(0, std::memory_order_release);
-  s.owner.store(0, std::memory_order_release);
+  // Relaxed: a reader that sees either 0 reports no helper and reads nothing else.
+  s.pid.store(0, std::memory_order_relaxed);
+  s.owner.store(0, std::memory_order_relaxed);
 }
 
 // Kills (when alive) and reaps this process's helper, then forgets it. Under the mutex.
@@ -315,7 +316,9 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
     s.write_end = write_end;
     s.stack = base;
     s.stack_bytes = bytes;
-    s.pid.store(pid, std::memory_order_release);    // pairs with shadow_pid's acquire loads
+    s.pid.store(pid, std::memory_order_relaxed);  // published by the owner store after it
+    // release: pairs with shadow_pid's acquire load of owner, which then reads this pid or a
+    // later one, never the pid of a helper retired before.
     s.owner.store(self, std::memory_order_release);
     return pid;
   }
@@ -369,8 +372,9 @@ inline bool shadow_teardown_enabled() noexcept { return shadow_pid() != 0; }
 inline pid_t shadow_pid() noexcept {
 #if TEARDOWN_SHADOW_SUPPORTED
   detail::shadow_state& s = detail::shared_state();
+  // acquire: pairs with start_helper's release store of owner; pid is read after it.
   if (s.owner.load(std::memory_order_acquire) != getpid()) return 0;
-  const pid_t pid = s.pid.load(std::memory_order_acquire);
+  const pid_t pid = s.pid.load(std::memory_order_relaxed);
   return pid != 0 && detail::load_word(s.args.word) == detail::word_ready ? pid : 0;
 #else
   return 0;

@@ -94,10 +94,11 @@ namespace detail {
 
 // The process's one state (above). Looked up once per copy (dlsym takes the loader's lock, which
 // a preload constructor already holds: the lock is recursive); constant-initialized, so the cache
-// needs no guard.
+// needs no guard. Relaxed: every state it can point to is constant-initialized, so the pointer
+// publishes nothing, and a thread that reads null looks it up again and finds the same one.
 inline shadow_state& shared_state() noexcept {
   static constinit std::atomic<shadow_state*> cached{nullptr};
-  shadow_state* found = cached.load(std::memory_order_acquire);
+  shadow_state* found = cached.load(std::memory_order_relaxed);
   if (found != nullptr) return *found;
   found = &state;
   // Whichever definition comes first answers, ours included: it returns its own object's state.
@@ -107,7 +108,7 @@ inline shadow_state& shared_state() noexcept {
         reinterpret_cast<lookup>(reinterpret_cast<std::uintptr_t>(symbol))(sizeof(shadow_state)));
     if (other != nullptr) found = other;
   }
-  cached.store(found, std::memory_order_release);
+  cached.store(found, std::memory_order_relaxed);
   return *found;
 }
 

@@ -36,6 +36,7 @@
 #include "teardown/process_reaper/options.hpp"
 #include "teardown/process_reaper/pidfd_process.hpp"
 #include "teardown/reaper.hpp"
+#include "teardown/snapshot_count.hpp"
 #include "teardown/trace.hpp"
 
 namespace teardown::process {
@@ -179,7 +180,7 @@ class process_reaper final : private teardown::detail::fork_participant {
   std::atomic<std::uint32_t> released_word_{0};  // bumped after each charge goes back
   std::atomic<bool> mrelease_supported_{true};
   std::atomic<std::uint64_t> killed_{0};
-  std::atomic<std::uint64_t> done_{0};
+  snapshot_count done_;
   std::atomic<std::uint64_t> released_{0};
   std::atomic<std::uint64_t> bytes_released_{0};
   std::atomic<std::uint64_t> raced_{0};
@@ -304,9 +305,8 @@ inline void process_reaper::finish(item& killed) noexcept {
   const std::uint64_t bytes = killed.bytes;
   delete &killed;  // closes our copy of the pidfd
   if (charged) budget_.release(bytes);
-  // release: pairs with the acquire in stats(): a snapshot that sees this item done sees its
-  // counters, and sees it killed.
-  done_.fetch_add(1, std::memory_order_release);
+  // Last: a snapshot that sees this item done sees its counters, and sees it killed.
+  done_.add_last();
   // release: pairs with wait_for_budget's acquire load (see "No lost wake-up").
   released_word_.fetch_add(1, std::memory_order_release);
   teardown::detail::futex_wake_all(released_word_);
@@ -350,8 +350,8 @@ bool process_reaper::wait_for_budget(std::uint64_t bytes, std::chrono::duration<
 
 inline process_reaper_stats process_reaper::stats() const noexcept {
   process_reaper_stats s;
-  // acquire: pairs with finish()'s release; read first, so killed (read after) is at least done.
-  const std::uint64_t done = done_.load(std::memory_order_acquire);
+  // First (snapshot_count.hpp), so killed (read after) is at least done.
+  const std::uint64_t done = done_.read_first();
   s.released = released_.load(std::memory_order_relaxed);
   s.bytes_released = bytes_released_.load(std::memory_order_relaxed);
   s.raced = raced_.load(std::memory_order_relaxed);

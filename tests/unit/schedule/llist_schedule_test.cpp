@@ -2,7 +2,9 @@
 // each node carries a stamp of what its adder (or the last owner that parked it) had done, and
 // whoever takes it checks that the stamp happens before the take. A weakened order on a path
 // that publishes nodes (an add's release, a take's acquire, replace_all's acq_rel, the sharded
-// summary word's pair) leaves a take unordered after a stamp: the schedule fails.
+// summary word's pair) leaves a take unordered after a stamp: the schedule fails. The same file
+// holds snapshot_count, the other primitive whose orders publish: a snapshot that reads it first
+// must not see it ahead of a count made before its add.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include "schedule/schedule.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/sharded_llist.hpp"
+#include "teardown/snapshot_count.hpp"
 
 namespace {
 
@@ -150,6 +153,36 @@ TEST(LlistScheduleTest, ShardedAddsArePublishedThroughTheSummaryWord) {
     }
     for (item& x : l.del_all_sweep()) took(x, "sharded sweep");
     expect_once_each(all, "after the last sweep");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// snapshot_count: two threads each count a piece of work in a plain relaxed count, then in the
+// snapshot count; a reader takes snapshots as a stats() does, the snapshot count first. A
+// snapshot never shows the snapshot count ahead of the work count (weakening add_last's release
+// or read_first's acquire lets the second read see an older work count).
+TEST(SnapshotCountScheduleTest, ASnapshotNeverShowsTheCountAheadOfTheWorkItCounts) {
+  const auto result = sched::explore({.name = "snapshot_count", .schedules = schedules}, [] {
+    typename sched::sync::template atomic<std::uint64_t> work{0};
+    teardown::basic_snapshot_count<sched::sync> done;
+    const auto count_two = [&] {
+      for (int piece = 0; piece < 2; ++piece) {
+        work.fetch_add(1, std::memory_order_relaxed);
+        done.add_last();
+      }
+    };
+    {
+      sched::thread a(count_two);
+      sched::thread b(count_two);
+      for (std::uint64_t seen = 0; seen < 4;) {
+        seen = done.read_first();
+        const std::uint64_t worked = work.load(std::memory_order_relaxed);
+        sched::check(seen <= worked, "a snapshot shows " + std::to_string(seen) + " done of " +
+                                         std::to_string(worked) + " pieces of work");
+        if (seen < 4) sched::sync::yield();
+      }
+    }
+    sched::check(done.read() == 4, "every add_last counted");
   });
   expect_explored(result, expected_runs(schedules));
 }

@@ -172,6 +172,11 @@ plants = {
                       "        self->reaped_.add(1, std::memory_order_release);",
                       "        self->reaped_.add(1, std::memory_order_relaxed);",
                       'CompositionScheduleTest.AStatsSnapshot*', 'composition_schedule_test'),
+ # snapshot_count (the pressure policy's, the process reaper's and the model's stats): the count
+ # added relaxed, so a snapshot reads it ahead of the work it counts.
+ 'snapshot_count_relaxed': (H + 'snapshot_count.hpp', "value_.fetch_add(n, std::memory_order_release);",
+                            "value_.fetch_add(n, std::memory_order_relaxed);",
+                            'SnapshotCountScheduleTest.*', 'llist_schedule_test'),
  # The trimmer's protocol (allocator_trim_test: gates and flushes, not the scheduler) and the
  # deferred domain's decision (deferred_test):
  'flush_unsettled': (H + 'async_teardown/control.hpp',
