@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <memory>
 #include <thread>
+#include <type_traits>
 
 #include "teardown/atomics.hpp"
 
@@ -144,39 +145,46 @@ class shard_index_registry {
   /// Makes the thread-exit key, once. Not on the add path: called at load time and by the
   /// sharded structures' constructors (it may take libc's locks).
   void prepare() noexcept {
-    if (key_state_.load(std::memory_order_relaxed) != key_absent) return;
-    unsigned expected = key_absent;
-    if (!key_state_.compare_exchange_strong(expected, key_making, std::memory_order_relaxed)) return;
-    unsigned state = key_unusable;
+    if (key_word_.load(std::memory_order_relaxed) != key_absent) return;
+    std::uint64_t expected = key_absent;
+    if (!key_word_.compare_exchange_strong(expected, key_making, std::memory_order_relaxed)) return;
+    std::uint64_t state = key_unusable;
     pthread_key_t key{};
     if (pthread_key_create(&key, &thread_exiting) == 0) {
       if (stores_in_place(key)) {
-        key_ = key;
-        state = key_ready;
+        state = ready_word(key);
       } else {
         (void)pthread_key_delete(key);
       }
     }
-    // release: pairs with the acquire in give_back_at_exit, which then reads key_.
-    key_state_.store(state, std::memory_order_release);
+    // Relaxed: the key travels in the word itself, so a reader has nothing else to see.
+    key_word_.store(state, std::memory_order_relaxed);
   }
 
   /// Deletes the key when the code that holds thread_exiting goes away (the end of the
   /// program, or dlclose of the object holding this copy): no thread runs it afterwards.
   void retire() noexcept {
-    unsigned expected = key_ready;
-    if (key_state_.compare_exchange_strong(expected, key_unusable, std::memory_order_relaxed)) {
-      (void)pthread_key_delete(key_);
+    std::uint64_t seen = key_word_.load(std::memory_order_relaxed);
+    if ((seen & state_mask) == key_ready &&
+        key_word_.compare_exchange_strong(seen, key_unusable, std::memory_order_relaxed)) {
+      (void)pthread_key_delete(key_of(seen));
     }
   }
 
  private:
   static constexpr std::size_t words = slots / 64;
   static constexpr std::size_t owned_bit = ~(~std::size_t{0} >> 1);
-  static constexpr unsigned key_absent = 0, key_making = 1, key_ready = 2, key_unusable = 3;
+  // key_word_: the state in its low two bits; once key_ready, the key above them. One word, so
+  // that whoever reads key_ready has the key too, with no ordering to pair.
+  static constexpr std::uint64_t key_absent = 0, key_making = 1, key_ready = 2, key_unusable = 3, state_mask = 3;
+  static_assert(std::is_integral_v<pthread_key_t> && sizeof(pthread_key_t) <= 4,
+                "teardown: the thread-exit key is kept in one word with its state");
+  static constexpr std::uint64_t ready_word(pthread_key_t key) noexcept {
+    return (static_cast<std::uint64_t>(key) << 2) | key_ready;
+  }
+  static constexpr pthread_key_t key_of(std::uint64_t word) noexcept { return static_cast<pthread_key_t>(word >> 2); }
 
-  static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::size_t>::is_always_lock_free &&
-                    std::atomic<unsigned>::is_always_lock_free,
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::size_t>::is_always_lock_free,
                 "teardown: sharded structures need lock-free atomics to be async-signal-safe");
 
   // True if pthread_setspecific(key, ...) never allocates (see the header comment).
@@ -193,9 +201,9 @@ class shard_index_registry {
   std::size_t shared_index() noexcept { return shared_next_.fetch_add(1, std::memory_order_relaxed) % slots; }
 
   void give_back_at_exit(std::size_t word) noexcept {
-    // acquire: pairs with the release in prepare(); key_ is then the key it made.
-    if (key_state_.load(std::memory_order_acquire) != key_ready) return;  // kept until the process ends
-    (void)pthread_setspecific(key_, reinterpret_cast<void*>(word));
+    const std::uint64_t key = key_word_.load(std::memory_order_relaxed);
+    if ((key & state_mask) != key_ready) return;  // kept until the process ends
+    (void)pthread_setspecific(key_of(key), reinterpret_cast<void*>(word));
   }
 
   // The key's destructor, at thread exit (after the thread's C++ thread_local destructors).
@@ -207,8 +215,7 @@ class shard_index_registry {
 
   std::atomic<std::uint64_t> held_[words] = {};
   std::atomic<std::size_t> shared_next_{0};
-  std::atomic<unsigned> key_state_{key_absent};
-  pthread_key_t key_{};  // written once, before key_state_ turns key_ready
+  std::atomic<std::uint64_t> key_word_{key_absent};
 };
 
 inline constinit shard_index_registry shard_indexes{};

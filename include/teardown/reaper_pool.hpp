@@ -51,8 +51,9 @@
 // sees the producer's writes too. A link's item_started_ns, watching and idle (reaper/pool_link.hpp) carry no
 // data: seq_cst only where "No lost watch" says, relaxed hints elsewhere. Pool control (steal_events_, freeze
 // depth, exclusive flushes, stopping) lives under steal_mutex_; steal_refused_ is a relaxed hint of it,
-// re-checked under the mutex before any steal. ready_ (release, at the end of the constructor; acquire in the
-// hooks) publishes workers_ to the workers. Wakes of siblings use the reaper's kick: an RMW on the sibling's
+// re-checked under the mutex before any steal. ready_ (release, at the end of the constructor; acquire in steal)
+// publishes workers_ to the workers; watch and holding read it relaxed, ordered after the
+// constructor through the items they hold or watch. Wakes of siblings use the reaper's kick: an RMW on the sibling's
 // state word (no lost wake-up).
 //
 // Design: docs/design.md, "The reaper pool".

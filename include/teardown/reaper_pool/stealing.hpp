@@ -169,8 +169,11 @@ inline llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal_held(std::siz
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline std::uint64_t reaper_pool<T, Hook, Fn, Queue>::watch(std::size_t watcher) noexcept {
-  // acquire: as in steal().
-  if (!ready_.load(std::memory_order_acquire)) return worker_type::no_watch;
+  // Relaxed, unlike steal(): a true ready_ only lets the watch start, and it reads nothing of
+  // workers_ until a sibling's item_started_ns stamp, whose seq_cst load synchronizes with a
+  // sibling that took an item enqueued after the constructor returned (links_ are complete
+  // before any worker starts).
+  if (!ready_.load(std::memory_order_relaxed)) return worker_type::no_watch;
   link_type& self = *links_[watcher];
   // seq_cst: pairs with holding()'s load of watching (see "No lost watch").
   self.watching.store(false, std::memory_order_seq_cst);
@@ -197,8 +200,9 @@ inline std::uint64_t reaper_pool<T, Hook, Fn, Queue>::watch(std::size_t watcher)
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline void reaper_pool<T, Hook, Fn, Queue>::holding(std::size_t holder) noexcept {
-  // acquire: as in steal().
-  if (!ready_.load(std::memory_order_acquire)) return;
+  // Relaxed, unlike steal(): the holder holds items enqueued after the constructor returned,
+  // and its take of them acquired that, workers_ complete included.
+  if (!ready_.load(std::memory_order_relaxed)) return;
   for (std::size_t k = 1; k < count_; ++k) {
     const std::size_t j = (holder + k) % count_;
     // seq_cst: pairs with watch()'s seq_cst store of false (see "No lost watch"). Reading it,

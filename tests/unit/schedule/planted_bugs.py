@@ -172,6 +172,11 @@ plants = {
                       "        self->reaped_.add(1, std::memory_order_release);",
                       "        self->reaped_.add(1, std::memory_order_relaxed);",
                       'CompositionScheduleTest.AStatsSnapshot*', 'composition_schedule_test'),
+ # The sharded queue's summary word: a flag set relaxed, so the worker woken by it may take its
+ # shard before the push and sleep with the item queued.
+ 'summary_flag_relaxed': (H + 'sharded_llist.hpp', "summary_.compare_exchange_weak(seen, seen | bit, std::memory_order_release,",
+                          "summary_.compare_exchange_weak(seen, seen | bit, std::memory_order_relaxed,",
+                          'ScheduleTest.WakeSleepOverAShardedQueue*'),
  # snapshot_count (the pressure policy's, the process reaper's and the model's stats): the count
  # added relaxed, so a snapshot reads it ahead of the work it counts.
  'snapshot_count_relaxed': (H + 'snapshot_count.hpp', "value_.fetch_add(n, std::memory_order_release);",

@@ -59,8 +59,9 @@ constexpr std::uint64_t schedules = 10'000;
 // Wake/sleep: producers' kicks against the worker's SLEEPING exchange. A lost wake-up leaves
 // the worker asleep with items queued while the scenario waits for them: a deadlock, which the
 // scheduler reports with the schedule's name.
-TEST(ScheduleTest, WakeSleepNeverLosesAWakeUp) {
-  const auto result = sched::explore({.name = "wake/sleep", .schedules = schedules}, [] {
+template <class Queue>
+void wake_sleep_never_loses_a_wake_up(const char* name) {
+  const auto result = sched::explore({.name = name, .schedules = schedules}, [] {
     std::vector<item> all = items(4);
     sched::atomic<std::uint32_t> reaped{0};
     struct signal_runs {
@@ -71,7 +72,7 @@ TEST(ScheduleTest, WakeSleepNeverLosesAWakeUp) {
         sched::sync::futex_wake_one(*reaped);
       }
     };
-    teardown::reaper<item, &item::node, signal_runs, queue> reaper(signal_runs{&reaped}, quiet());
+    teardown::reaper<item, &item::node, signal_runs, Queue> reaper(signal_runs{&reaped}, quiet());
     {
       sched::thread a([&] { enqueue_each(reaper, all, 0, 2); });
       sched::thread b([&] { enqueue_each(reaper, all, 2, 4); });
@@ -83,6 +84,18 @@ TEST(ScheduleTest, WakeSleepNeverLosesAWakeUp) {
     expect_once_each(all, "after the worker ran them");
   });
   expect_explored(result, expected_runs(schedules));
+}
+
+TEST(ScheduleTest, WakeSleepNeverLosesAWakeUp) { wake_sleep_never_loses_a_wake_up<queue>("wake/sleep"); }
+
+// The same over a sharded queue, the producers on two shards: a worker woken by one flag must
+// find that shard's push (the summary word's release/acquire pair), or it sleeps with the item
+// queued, the only kick spent.
+TEST(ScheduleTest, WakeSleepOverAShardedQueueNeverLosesAWakeUp) {
+  struct two_shards : sharded_queue {
+    two_shards() : sharded_queue(2) {}
+  };
+  wake_sleep_never_loses_a_wake_up<two_shards>("sharded wake/sleep");
 }
 
 // The same protocol, small enough to enumerate: one producer, one item, every schedule with at
