@@ -20,6 +20,7 @@
 //                                       tick, for checks that tolerate it); noexcept
 //     S::futex_wait(word, expected), S::futex_wait_for(word, expected, ns),
 //     S::futex_wake_one(word)           over S::atomic<std::uint32_t>; waits may end spuriously
+//     S::futex_wake_all(word)           (optional: the model's AIO context uses it)
 //     S::sleep_for(duration), S::yield()
 //     S::start_thread(pthread_t*, entry, arg), S::join_thread(pthread_t)
 //                                       start_thread_with_signals_blocked and pthread_join
@@ -62,6 +63,7 @@ struct std_sync : std_atomics {
     detail::futex_wait_for(word, expected, ns);
   }
   static void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept { detail::futex_wake_one(word); }
+  static void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept { detail::futex_wake_all(word); }
   template <class Rep, class Period>
   static void sleep_for(std::chrono::duration<Rep, Period> duration) {
     std::this_thread::sleep_for(duration);

@@ -19,6 +19,7 @@
 #include "schedule/schedule.hpp"
 #include "teardown/async_teardown.hpp"
 #include "teardown/llist.hpp"
+#include "teardown/model/aio.hpp"
 #include "teardown/reaper.hpp"
 
 namespace {
@@ -406,6 +407,42 @@ TEST(CompositionScheduleTest, AShutdownOnTheWorkerTearsDownWhatProducersPutBesid
     }
   });
   expect_explored(result, expected_runs(schedules));
+}
+
+// The model's AIO context: two submitters beside exit_aio. A submit either backs out or its
+// request is waited for (the Dekker pair: each side's seq_cst write, then its read of the other
+// side's word), and what a request did happens before the exit_aio that waited for it
+// (complete's release, exit_aio's acquire). Plain flags stand for what the threads did: the
+// scheduler runs one thread at a time, so they need no ordering of their own.
+TEST(CompositionScheduleTest, ExitAioWaitsForEveryRequestASubmitStarted) {
+  const auto result = sched::explore({.name = "aio submit/exit_aio", .schedules = 10'000}, [] {
+    teardown::model::basic_aio_context<sched::sync> aio;
+    struct request {
+      sched::stamp did{};
+      bool completed = false;
+    };
+    std::vector<request> requests(2);
+    bool exited = false;
+    {
+      std::vector<std::unique_ptr<sched::thread>> submitters;
+      for (request& r : requests) {
+        submitters.push_back(std::make_unique<sched::thread>([&] {
+          if (!aio.submit()) return;
+          sched::check(!exited, "a request is in flight after exit_aio returned");
+          r.did = sched::publish();
+          r.completed = true;
+          aio.complete();
+        }));
+      }
+      aio.exit_aio();
+      exited = true;
+      for (const request& r : requests) {
+        if (r.completed) sched::check(sched::ordered_here(r.did), "exit_aio returned unordered after a request");
+      }
+    }
+    sched::check(aio.in_flight() == 0 && aio.exit_calls() == 1, "every request completed; one exit_aio");
+  });
+  expect_explored(result, expected_runs(10'000));
 }
 
 }  // namespace

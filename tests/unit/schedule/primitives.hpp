@@ -310,6 +310,7 @@ struct sync {
     detail::futex_wait_until(word, expected, ns > detail::no_deadline - now - 1 ? detail::no_deadline - 1 : now + ns);
   }
   static void futex_wake_one(atomic<std::uint32_t>& word) noexcept { detail::futex_wake(word, 1); }
+  static void futex_wake_all(atomic<std::uint32_t>& word) noexcept { detail::futex_wake(word, detail::max_threads); }
   template <class Rep, class Period>
   static void sleep_for(std::chrono::duration<Rep, Period> duration) {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count();
