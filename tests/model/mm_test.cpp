@@ -1575,6 +1575,31 @@ TEST_F(MmTest, ReaperChargesAQueuedMmsTeardownCpuToItsOwner) {
   EXPECT_EQ(bystander_cpu_ns.load(), 0u) << "an inline teardown is the exiting thread's own CPU";
 }
 
+// What one user wrote before its mmput is seen by the teardown another user's final mmput
+// starts: mm_users' decrements are acq_rel (the kernel's atomic_dec_and_test), a release sequence
+// the last one acquires. The two users share nothing else: the second waits for the first's
+// decrement with relaxed loads, so under ThreadSanitizer a decrement that does not release, or a
+// last one that does not acquire, leaves cpu_owner's write unordered before the reaper's read.
+TEST_F(MmTest, ACpuOwnerSetByOneUserIsSeenByTheTeardownAnotherUsersExitQueues) {
+  mm_system kernel(async_on());
+  std::atomic<std::uint64_t> cgroup_cpu_ns{0};
+  mm_struct* mm = kernel.mm_alloc(large, backing::real);
+  mm_system::mmget(*mm);  // two users, no tasks: a task's exit takes the tasklist lock, which orders
+  kernel.freeze();
+  std::thread one([&] {
+    mm->cpu_owner = &cgroup_cpu_ns;
+    kernel.mmput(*mm);
+  });
+  std::thread two([&] {
+    while (mm->mm_users.load(std::memory_order_relaxed) != 1) std::this_thread::yield();
+    EXPECT_EQ(kernel.mmput_exit(*mm), decision::queued);
+  });
+  one.join();
+  two.join();
+  kernel.thaw();
+  kernel.flush();
+  EXPECT_GT(cgroup_cpu_ns.load(), 0u) << "the reaper charged the owner the first user named";
+}
 
 // --- the compile-time-off build (CONFIG_ASYNC_MM_TEARDOWN=n) ----------------------------------
 
