@@ -1584,8 +1584,9 @@ TEST_F(MmTest, ACpuOwnerSetByOneUserIsSeenByTheTeardownAnotherUsersExitQueues) {
   mm_system kernel(async_on());
   std::atomic<std::uint64_t> cgroup_cpu_ns{0};
   mm_struct* mm = kernel.mm_alloc(large, backing::real);
-  mm_system::mmget(*mm);  // two users, no tasks: a task's exit takes the tasklist lock, which orders
-  kernel.freeze();
+  // Two users, no tasks: a task's exit takes the tasklist lock, which would order the two. No
+  // freeze either: the thaw after the joins would order the reaper after both.
+  mm_system::mmget(*mm);
   std::thread one([&] {
     mm->cpu_owner = &cgroup_cpu_ns;
     kernel.mmput(*mm);
@@ -1596,7 +1597,6 @@ TEST_F(MmTest, ACpuOwnerSetByOneUserIsSeenByTheTeardownAnotherUsersExitQueues) {
   });
   one.join();
   two.join();
-  kernel.thaw();
   kernel.flush();
   EXPECT_GT(cgroup_cpu_ns.load(), 0u) << "the reaper charged the owner the first user named";
 }
