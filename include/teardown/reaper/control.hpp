@@ -240,12 +240,13 @@ template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline std::uint64_t reaper<T, Hook, Fn, Queue>::open_hand() noexcept {
   std::uint64_t seen = inline_hands_.load(std::memory_order_relaxed);
   std::uint64_t unit = 0;
-  // acq_rel: pairs with the flusher's flip. Counted before the flip: the flusher sees us. After
-  // it: we read the flip, so the flusher's own drain happened before our take, and everything
-  // we take was added after that drain.
+  // acquire: pairs with the flusher's release flip. After the flip, we read it, so the
+  // flusher's own drain happened before our take, and everything we take was added after that
+  // drain. Counted before the flip, we need no release: the flip (an RMW) reads our count, and
+  // the flusher waits for our close, whose release orders our teardowns.
   do {
     unit = hand_unit((seen & hand_side_bit) != 0);
-  } while (!inline_hands_.compare_exchange_weak(seen, seen + unit, std::memory_order_acq_rel,
+  } while (!inline_hands_.compare_exchange_weak(seen, seen + unit, std::memory_order_acquire,
                                                 std::memory_order_relaxed));
   return unit;
 }
@@ -305,8 +306,9 @@ inline bool reaper<T, Hook, Fn, Queue>::settle_after_stop(typename clock_type::t
   // relaxed: only settlers flip, one at a time under settle_mutex_, which we hold.
   const bool current_side = (inline_hands_.load(std::memory_order_relaxed) & hand_side_bit) != 0;
   if (!await_no_hands(current_side ? side0_mask : side1_mask, deadline)) return false;
-  // acq_rel: pairs with open_hand (see there).
-  const std::uint64_t before = inline_hands_.fetch_xor(hand_side_bit, std::memory_order_acq_rel);
+  // release: pairs with open_hand's acquire (see there): our drain happens before the take of
+  // a hand that reads the flip. Nothing of the hands counted before it is read here.
+  const std::uint64_t before = inline_hands_.fetch_xor(hand_side_bit, std::memory_order_release);
   return await_no_hands((before & hand_side_bit) != 0 ? side1_mask : side0_mask, deadline);
 }
 
