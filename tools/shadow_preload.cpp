@@ -24,7 +24,7 @@
 // that waits for every tracee, end as they would without it, and an exec() leaves no zombie.
 // It is the process's one helper: the program's own copy of process.hpp, if it has one, sees it
 // (shadow_teardown_enabled, shadow_pid) and controls it (disable_shadow_teardown), through the
-// symbol teardown_process_shadow_state_v1, which this object exports.
+// symbol teardown_process_shadow_state_v2, which this object exports.
 //
 // Where it goes: every process that loads this object gets its own helper. The dynamic loader
 // loads it into each program image started with it in LD_PRELOAD, and the variable is inherited:

@@ -37,8 +37,8 @@
 // orders them), and publishes one 32-bit word with a single store followed by a FUTEX_WAKE; the
 // kernel clears the same word (and wakes) when the helper exits. enable_shadow_teardown() reads
 // it with acquire loads; the word alone carries the result (failed step and errno included), so
-// no other data travels with it. The pid and owner are published under the mutex with release
-// stores and read by the snapshots with acquire loads. The word is a plain int, not a
+// no other data travels with it. The helper's pid and its owner share one 64-bit word, written
+// under the mutex and read whole (relaxed) by the snapshots: no order to pair. The futex word is a plain int, not a
 // std::atomic, because the kernel writes it; the owner's accesses are __atomic builtins.
 //
 //   process/shadow_options.hpp   shadow_options, the four calls declared, the platform test

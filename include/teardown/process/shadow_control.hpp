@@ -129,15 +129,13 @@ inline void forget_helper(shadow_state& s, bool unmap_stack) noexcept {
   if (unmap_stack && s.stack != nullptr) munmap(s.stack, s.stack_bytes);
   s.stack = nullptr;
   s.stack_bytes = 0;
-  // Relaxed: a reader that sees either 0 reports no helper and reads nothing else.
-  s.pid.store(0, std::memory_order_relaxed);
-  s.owner.store(0, std::memory_order_relaxed);
+  s.helper.store(0, std::memory_order_relaxed);  // one word, read whole: nothing to order
 }
 
 // Kills (when alive) and reaps this process's helper, then forgets it. Under the mutex.
 inline void retire_helper(shadow_state& s) noexcept {
-  const pid_t pid = s.pid.load(std::memory_order_relaxed);
-  if (s.owner.load(std::memory_order_relaxed) != getpid() || pid == 0) {
+  const auto [owner, pid] = serving_helper(s);
+  if (owner != getpid() || pid == 0) {
     forget_helper(s, false);  // a copy inherited without the fork handlers: nothing of it is ours
     return;
   }
@@ -316,10 +314,7 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
     s.write_end = write_end;
     s.stack = base;
     s.stack_bytes = bytes;
-    s.pid.store(pid, std::memory_order_relaxed);  // published by the owner store after it
-    // release: pairs with shadow_pid's acquire load of owner, which then reads this pid or a
-    // later one, never the pid of a helper retired before.
-    s.owner.store(self, std::memory_order_release);
+    s.helper.store(serving_word({self, pid}), std::memory_order_relaxed);  // one word: nothing to order
     return pid;
   }
   kill_and_reap(s, pid);
@@ -346,9 +341,9 @@ inline pid_t enable_shadow_teardown(const shadow_options& options) {
   detail::pin_code(s);
   const std::lock_guard lock(s.mutex);
   detail::register_fork_handlers(s);
-  if (s.owner.load(std::memory_order_relaxed) == getpid() && s.pid.load(std::memory_order_relaxed) != 0 &&
+  if (const auto [owner, pid] = detail::serving_helper(s); owner == getpid() && pid != 0 &&
       detail::load_word(s.args.word) == detail::word_ready) {
-    return s.pid.load(std::memory_order_relaxed);
+    return pid;
   }
   detail::retire_helper(s);  // a dead one, or one inherited without the fork handlers
   return detail::start_helper(s, options);
@@ -372,9 +367,9 @@ inline bool shadow_teardown_enabled() noexcept { return shadow_pid() != 0; }
 inline pid_t shadow_pid() noexcept {
 #if TEARDOWN_SHADOW_SUPPORTED
   detail::shadow_state& s = detail::shared_state();
-  // acquire: pairs with start_helper's release store of owner; pid is read after it.
-  if (s.owner.load(std::memory_order_acquire) != getpid()) return 0;
-  const pid_t pid = s.pid.load(std::memory_order_relaxed);
+  // One word: a reader has the helper's pid with the owner it serves, never one retired before.
+  const auto [owner, pid] = detail::serving_helper(s);
+  if (owner != getpid()) return 0;
   return pid != 0 && detail::load_word(s.args.word) == detail::word_ready ? pid : 0;
 #else
   return 0;

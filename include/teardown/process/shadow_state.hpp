@@ -51,8 +51,9 @@ struct owned_fd {
 
 struct shadow_state {
   std::mutex mutex;                 // serializes enable, disable and the fork handlers
-  std::atomic<pid_t> owner{0};      // getpid() of the process the helper serves; 0: none
-  std::atomic<pid_t> pid{0};        // the helper; 0: none
+  // The helper and the process it serves, in one word (serving_word): whoever reads it has both,
+  // with no order to pair. 0: none.
+  std::atomic<std::uint64_t> helper{0};
   // Under mutex:
   owned_fd write_end;  // the pipe's write end
   owned_fd pidfd;      // the helper's pidfd; fd -1 where the kernel offers none (before 5.3)
@@ -61,6 +62,18 @@ struct shadow_state {
   bool fork_handlers = false;
   helper_args args;
 };
+
+struct serving_ids {
+  pid_t owner = 0;  // getpid() of the process the helper serves
+  pid_t pid = 0;    // the helper
+};
+inline std::uint64_t serving_word(serving_ids ids) noexcept {
+  return (std::uint64_t{static_cast<std::uint32_t>(ids.owner)} << 32) | static_cast<std::uint32_t>(ids.pid);
+}
+inline serving_ids serving_helper(const shadow_state& s) noexcept {
+  const std::uint64_t word = s.helper.load(std::memory_order_relaxed);  // one word: nothing to order
+  return {static_cast<pid_t>(word >> 32), static_cast<pid_t>(word & 0xffffffffu)};
+}
 
 // Never destroyed in any way that matters: every member is trivially destructible, so the state
 // outlives static destruction and a fork handler can run at any time.
@@ -79,7 +92,7 @@ inline constinit shadow_state state{};
 // built from another version of the header finds no match and keeps to its own state. Change
 // the suffix whenever shadow_state changes.
 // (`used`: emitted by every copy, called or not, so that an object that exports it has it.)
-extern "C" __attribute__((visibility("default"), used)) inline void* teardown_process_shadow_state_v1(
+extern "C" __attribute__((visibility("default"), used)) inline void* teardown_process_shadow_state_v2(
     unsigned long size) noexcept {
 #if TEARDOWN_SHADOW_SUPPORTED
   return size == sizeof(teardown::process::detail::shadow_state) ? &teardown::process::detail::state : nullptr;
@@ -102,7 +115,7 @@ inline shadow_state& shared_state() noexcept {
   if (found != nullptr) return *found;
   found = &state;
   // Whichever definition comes first answers, ours included: it returns its own object's state.
-  if (void* const symbol = dlsym(RTLD_DEFAULT, "teardown_process_shadow_state_v1"); symbol != nullptr) {
+  if (void* const symbol = dlsym(RTLD_DEFAULT, "teardown_process_shadow_state_v2"); symbol != nullptr) {
     using lookup = void* (*)(unsigned long) noexcept;
     auto* const other = static_cast<shadow_state*>(
         reinterpret_cast<lookup>(reinterpret_cast<std::uintptr_t>(symbol))(sizeof(shadow_state)));
