@@ -230,7 +230,7 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
   s.args.watch_value = 0;
   if (prctl(PR_GET_TID_ADDRESS, &tid_word, 0, 0, 0) == 0 && tid_word != nullptr) {
     const int tid = static_cast<int>(syscall(SYS_gettid));
-    if (__atomic_load_n(tid_word, __ATOMIC_ACQUIRE) == tid) {
+    if (__atomic_load_n(tid_word, __ATOMIC_RELAXED) == tid) {  // our own thread's word: nothing to order
       s.args.watch_word = tid_word;
       s.args.watch_value = tid;
     }

@@ -191,7 +191,9 @@ TEARDOWN_SHADOW_HELPER_CODE inline void helper_watch(helper_args* args) noexcept
   int* const word = args->watch_word;
   const int value = args->watch_value;
   const long period[2] = {1, 0};  // struct timespec: 1 s
-  while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == value) {
+  // Relaxed: the kernel's clear publishes nothing; what follows are system calls and arguments
+  // written before the clone.
+  while (__atomic_load_n(word, __ATOMIC_RELAXED) == value) {
     (void)helper_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAIT, value, reinterpret_cast<long>(period));
   }
   (void)helper_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAKE, INT_MAX);
