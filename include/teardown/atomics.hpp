@@ -10,6 +10,12 @@
 //     compare_exchange_strong(expected, desired, success, failure)
 //     fetch_add(n, order)  fetch_sub(n, order)              (integral W only)
 //
+//   A policy may also have link_written(node) and link_read(node), static: llist calls them
+//   where a node's link is written before the add that publishes it and where del_first reads
+//   the link of a node it has not taken yet (a std::atomic in llist_node, outside the policy).
+//   A schedule test's policy checks there that the read happens after the write; std_atomics
+//   and ao_atomics have neither, and the calls compile to nothing (detail::link_written).
+//
 //   std_atomics   std::atomic<W>. The default, and the one every other header assumes.
 //   ao_atomics    libatomic_ops AO_t operations (present when <atomic_ops.h> is; the CMake
 //                 target defines TEARDOWN_HAVE_ATOMIC_OPS when it links the package). W must be a
@@ -28,7 +34,8 @@
 //   and Clang libatomic_ops implements those with __atomic builtins, which ThreadSanitizer
 //   sees. It never calls AO_nop_*: a standalone fence is invisible to ThreadSanitizer, so no
 //   ordering in this library may rest on one. No structure over an Atomics policy uses
-//   memory_order_seq_cst (the reaper pool's seq_cst words are its Sync policy's, sync.hpp);
+//   memory_order_seq_cst (the reaper pool's and the model AIO context's seq_cst words are their
+//   Sync policy's, sync.hpp);
 //   ao_atomics accepts it and gives it the strongest AO form it has (a _full RMW, or a _full
 //   compare-and-swap standing in for a load or store), which is at least acq_rel.
 //
@@ -56,6 +63,17 @@ struct std_atomics {
 
   static constexpr const char* name = "std";
 };
+
+namespace detail {
+template <class Atomics>
+inline void link_written(const void* node) noexcept {
+  if constexpr (requires { Atomics::link_written(node); }) Atomics::link_written(node);
+}
+template <class Atomics>
+inline void link_read(const void* node) noexcept {
+  if constexpr (requires { Atomics::link_read(node); }) Atomics::link_read(node);
+}
+}  // namespace detail
 
 static_assert(std::atomic<void*>::is_always_lock_free,
               "teardown needs lock-free pointer atomics on this platform");

@@ -119,6 +119,11 @@ plants = {
  'del_all_relaxed': (H + 'llist.hpp', "return batch(head_.exchange(nullptr, std::memory_order_acquire));",
                      "return batch(head_.exchange(nullptr, std::memory_order_relaxed));",
                      'LlistScheduleTest.*', 'llist_schedule_test'),
+ # del_first's first read of the head relaxed: it reads the new head's link unordered after the
+ # add that wrote it (the link hooks, atomics.hpp).
+ 'del_first_relaxed': (H + 'llist.hpp', "llist_node* first = head_.load(std::memory_order_acquire);",
+                       "llist_node* first = head_.load(std::memory_order_relaxed);",
+                       'LlistScheduleTest.DelFirst*', 'llist_schedule_test'),
  'replace_all_no_release': (H + 'llist.hpp', "std::exchange(nodes.first_, nullptr), std::memory_order_acq_rel)",
                             "std::exchange(nodes.first_, nullptr), std::memory_order_acquire)",
                             'LlistScheduleTest.ReplaceAll*', 'llist_schedule_test'),

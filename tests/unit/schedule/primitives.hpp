@@ -311,6 +311,19 @@ struct sync {
   }
   static void futex_wake_one(atomic<std::uint32_t>& word) noexcept { detail::futex_wake(word, 1); }
   static void futex_wake_all(atomic<std::uint32_t>& word) noexcept { detail::futex_wake(word, detail::max_threads); }
+  // llist's link hooks (atomics.hpp): under the scheduler, a link read must happen after its write.
+  static void link_written(const void* node) noexcept {
+    if (detail::scheduler* s = detail::here()) {
+      const detail::unseen guard;
+      s->link_written(detail::self, node);
+    }
+  }
+  static void link_read(const void* node) noexcept {
+    if (detail::scheduler* s = detail::here()) {
+      const detail::unseen guard;
+      s->link_read(detail::self, node);
+    }
+  }
   template <class Rep, class Period>
   static void sleep_for(std::chrono::duration<Rep, Period> duration) {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count();

@@ -34,6 +34,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "schedule/memory_model.hpp"
@@ -195,6 +196,15 @@ class scheduler {
            clocks_[static_cast<std::size_t>(self)][static_cast<std::size_t>(stamp.first)] >= stamp.second;
   }
   std::uint64_t stale_reads() const { return stale_reads_; }
+  // llist_node links (atomics.hpp's link hooks): each node's last link write is stamped, and a
+  // read not ordered after it fails the run, as a data race would be.
+  void link_written(int self, const void* node) { links_[node] = stamp(self); }
+  void link_read(int self, const void* node) {
+    const auto found = links_.find(node);
+    if (found != links_.end() && !ordered(self, found->second)) {
+      fail("a node's link read unordered after the write that linked it (llist_node::next_)");
+    }
+  }
   // What a joiner of thread k blocks on (finish wakes it).
   const void* joinable(int k) const { return &slots_[static_cast<std::size_t>(k)]; }
   // The run's first pick: thread k (thread 0, the scenario) starts.
@@ -492,6 +502,7 @@ class scheduler {
   std::mt19937_64 memory_rng_;  // stale reads: schedules' draws stay as they were
   int stale_per_mille_;
   std::uint64_t stale_reads_ = 0;
+  std::unordered_map<const void*, std::pair<int, std::uint32_t>> links_;  // link_written stamps
   std::array<vclock, max_threads> clocks_{};
   // Histories left by an earlier run start over (store_history::renew).
   inline static std::atomic<std::uint64_t> runs_made_{0};
