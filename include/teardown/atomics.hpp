@@ -10,11 +10,12 @@
 //     compare_exchange_strong(expected, desired, success, failure)
 //     fetch_add(n, order)  fetch_sub(n, order)              (integral W only)
 //
-//   A policy may also have link_written(node) and link_read(node), static: llist calls them
-//   where a node's link is written before the add that publishes it and where del_first reads
-//   the link of a node it has not taken yet (a std::atomic in llist_node, outside the policy).
-//   A schedule test's policy checks there that the read happens after the write; std_atomics
-//   and ao_atomics have neither, and the calls compile to nothing (detail::link_written).
+//   A policy may also have data_written(where) and data_read(where), static: a structure calls
+//   them where it writes data outside the policy that another thread reads once an order of
+//   the policy's published it, and where that thread reads it (llist: a node's link before the
+//   add, and del_first's read of it; the reaper: its worker's thread handle). A schedule test's
+//   policy checks there that the read happens after the write, as a race detector would;
+//   std_atomics and ao_atomics have neither, and the calls compile to nothing.
 //
 //   std_atomics   std::atomic<W>. The default, and the one every other header assumes.
 //   ao_atomics    libatomic_ops AO_t operations (present when <atomic_ops.h> is; the CMake
@@ -66,12 +67,12 @@ struct std_atomics {
 
 namespace detail {
 template <class Atomics>
-inline void link_written(const void* node) noexcept {
-  if constexpr (requires { Atomics::link_written(node); }) Atomics::link_written(node);
+inline void data_written(const void* where) noexcept {
+  if constexpr (requires { Atomics::data_written(where); }) Atomics::data_written(where);
 }
 template <class Atomics>
-inline void link_read(const void* node) noexcept {
-  if constexpr (requires { Atomics::link_read(node); }) Atomics::link_read(node);
+inline void data_read(const void* where) noexcept {
+  if constexpr (requires { Atomics::data_read(where); }) Atomics::data_read(where);
 }
 }  // namespace detail
 

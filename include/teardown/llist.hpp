@@ -459,7 +459,7 @@ class llist {
     llist_node* first = head_.load(std::memory_order_acquire);
     for (;;) {
       if (first == nullptr) return nullptr;
-      detail::link_read<Atomics>(first);
+      detail::data_read<Atomics>(first);
       llist_node* next = first->next();
       // Failure is acquire for the same reason as the initial load: the loop goes on to read
       // the new head's link, so it must synchronize with that node's add (release CAS in
@@ -504,7 +504,7 @@ class llist {
       // last is still private to this thread here: a relaxed store is enough, the release
       // CAS below publishes it.
       last->set_next(head);
-      detail::link_written<Atomics>(last);
+      detail::data_written<Atomics>(last);
       // release: pairs with the acquire in del_all / del_first, publishing the elements.
       // Failure is relaxed: we only retry with the fresh head, reading nothing through it.
     } while (!head_.compare_exchange_weak(head, first, std::memory_order_release,

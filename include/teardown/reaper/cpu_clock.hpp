@@ -41,6 +41,8 @@ inline std::uint64_t reaper<T, Hook, Fn, Queue>::worker_cpu_ns() const noexcept 
   if (!(pins & clock_closed_bit) && worker_known_.load(std::memory_order_acquire)) {
     clockid_t clock{};
     timespec ts{};
+    detail::thread_clock_read<sync_ops>(this);
+    detail::data_read<sync_ops>(&worker_thread_);
     if (pthread_getcpuclockid(worker_thread_, &clock) == 0 && clock_gettime(clock, &ts) == 0) {
       live = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
       read_live = true;
@@ -57,13 +59,16 @@ inline std::uint64_t reaper<T, Hook, Fn, Queue>::worker_cpu_ns() const noexcept 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline void reaper<T, Hook, Fn, Queue>::close_cpu_clock() noexcept {
   worker_cpu_ns_.store(detail::thread_cpu_ns(), std::memory_order_relaxed);
-  // release: pairs with the acquire pin in worker_cpu_ns(), publishing the figure above.
-  std::uint32_t pins = cpu_clock_pins_.fetch_or(clock_closed_bit, std::memory_order_release) | clock_closed_bit;
+  // acq_rel. Release: pairs with the acquire pin in worker_cpu_ns(), publishing the figure above.
+  // Acquire: pairs with the release unpin of a reader that was done before this (no wait
+  // below then), so its clock read happens before the thread ends.
+  std::uint32_t pins = cpu_clock_pins_.fetch_or(clock_closed_bit, std::memory_order_acq_rel) | clock_closed_bit;
   while (pins != clock_closed_bit) {
     sync_ops::futex_wait(cpu_clock_pins_, pins);
     // acquire: pairs with the release unpin in worker_cpu_ns().
     pins = cpu_clock_pins_.load(std::memory_order_acquire);
   }
+  detail::thread_clock_closed<sync_ops>(this);  // every clock read is over: the thread may end
   worker_cpu_ns_.store(detail::thread_cpu_ns(), std::memory_order_relaxed);  // stop()'s join publishes it
 }
 

@@ -470,7 +470,9 @@ class reaper final : private detail::fork_participant {
 
   bool on_worker() const noexcept {
     // acquire: pairs with the release in worker_main, so worker_thread_ is readable.
-    return worker_known_.load(std::memory_order_acquire) && pthread_equal(worker_thread_, pthread_self());
+    if (!worker_known_.load(std::memory_order_acquire)) return false;
+    detail::data_read<sync_ops>(&worker_thread_);
+    return pthread_equal(worker_thread_, pthread_self());
   }
 
   void refuse_on_worker(const char* operation) const;

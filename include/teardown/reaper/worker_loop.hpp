@@ -28,6 +28,7 @@ namespace teardown {
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
   worker_thread_ = pthread_self();
+  detail::data_written<sync_ops>(&worker_thread_);
   worker_known_.store(true, std::memory_order_release);  // pairs with the acquire in on_worker
   apply_setup();
   bool polled_idle = false;  // the last sleep ended at its poll limit: no spin before the next

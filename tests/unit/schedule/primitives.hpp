@@ -311,17 +311,30 @@ struct sync {
   }
   static void futex_wake_one(atomic<std::uint32_t>& word) noexcept { detail::futex_wake(word, 1); }
   static void futex_wake_all(atomic<std::uint32_t>& word) noexcept { detail::futex_wake(word, detail::max_threads); }
-  // llist's link hooks (atomics.hpp): under the scheduler, a link read must happen after its write.
-  static void link_written(const void* node) noexcept {
+  // The data hooks (atomics.hpp): under the scheduler, a read must happen after the write.
+  static void data_written(const void* where) noexcept {
     if (detail::scheduler* s = detail::here()) {
       const detail::unseen guard;
-      s->link_written(detail::self, node);
+      s->data_written(detail::self, where);
     }
   }
-  static void link_read(const void* node) noexcept {
+  static void data_read(const void* where) noexcept {
     if (detail::scheduler* s = detail::here()) {
       const detail::unseen guard;
-      s->link_read(detail::self, node);
+      s->data_read(detail::self, where);
+    }
+  }
+  // The reaper's clock hooks (sync.hpp): reads of its worker's CPU clock happen before the close.
+  static void thread_clock_read(const void* owner) noexcept {
+    if (detail::scheduler* s = detail::here()) {
+      const detail::unseen guard;
+      s->thread_clock_read(detail::self, owner);
+    }
+  }
+  static void thread_clock_closed(const void* owner) noexcept {
+    if (detail::scheduler* s = detail::here()) {
+      const detail::unseen guard;
+      s->thread_clock_closed(detail::self, owner);
     }
   }
   template <class Rep, class Period>

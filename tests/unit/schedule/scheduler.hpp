@@ -196,13 +196,22 @@ class scheduler {
            clocks_[static_cast<std::size_t>(self)][static_cast<std::size_t>(stamp.first)] >= stamp.second;
   }
   std::uint64_t stale_reads() const { return stale_reads_; }
-  // llist_node links (atomics.hpp's link hooks): each node's last link write is stamped, and a
-  // read not ordered after it fails the run, as a data race would be.
-  void link_written(int self, const void* node) { links_[node] = stamp(self); }
-  void link_read(int self, const void* node) {
-    const auto found = links_.find(node);
-    if (found != links_.end() && !ordered(self, found->second)) {
-      fail("a node's link read unordered after the write that linked it (llist_node::next_)");
+  // Data outside the policy (atomics.hpp's data hooks: llist_node links, the worker's thread
+  // handle): each place's last write is stamped, and a read not ordered after it fails the run,
+  // as a data race would.
+  void data_written(int self, const void* where) { writes_[where] = stamp(self); }
+  void data_read(int self, const void* where) {
+    const auto found = writes_.find(where);
+    if (found != writes_.end() && !ordered(self, found->second)) {
+      fail("data read unordered after its write (an llist_node link, or the worker's thread handle)");
+    }
+  }
+  // Thread clocks (sync.hpp's clock hooks): each read of a worker's CPU clock is stamped, and the
+  // worker's close fails the run unless every read happens before it (the thread then ends).
+  void thread_clock_read(int self, const void* owner) { clock_reads_[owner].push_back(stamp(self)); }
+  void thread_clock_closed(int self, const void* owner) {
+    for (const auto& read : clock_reads_[owner]) {
+      if (!ordered(self, read)) fail("a read of the worker's CPU clock not ordered before the worker's exit");
     }
   }
   // What a joiner of thread k blocks on (finish wakes it).
@@ -502,7 +511,8 @@ class scheduler {
   std::mt19937_64 memory_rng_;  // stale reads: schedules' draws stay as they were
   int stale_per_mille_;
   std::uint64_t stale_reads_ = 0;
-  std::unordered_map<const void*, std::pair<int, std::uint32_t>> links_;  // link_written stamps
+  std::unordered_map<const void*, std::pair<int, std::uint32_t>> writes_;  // data_written stamps
+  std::unordered_map<const void*, std::vector<std::pair<int, std::uint32_t>>> clock_reads_;
   std::array<vclock, max_threads> clocks_{};
   // Histories left by an earlier run start over (store_history::renew).
   inline static std::atomic<std::uint64_t> runs_made_{0};
