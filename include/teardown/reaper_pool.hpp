@@ -51,9 +51,9 @@
 // sees the producer's writes too. A link's item_started_ns, watching and idle (reaper/pool_link.hpp) carry no
 // data: seq_cst only where "No lost watch" says, relaxed hints elsewhere. Pool control (steal_events_, freeze
 // depth, exclusive flushes, stopping) lives under steal_mutex_; steal_refused_ is a relaxed hint of it,
-// re-checked under the mutex before any steal. ready_ (release, at the end of the constructor; acquire in steal)
-// publishes workers_ to the workers; watch and holding read it relaxed, ordered after the
-// constructor through the items they hold or watch. Wakes of siblings use the reaper's kick: an RMW on the sibling's
+// re-checked under the mutex before any steal. ready_ (release, at the end of the constructor; acquire in steal
+// and watch) publishes workers_ to the workers; holding reads it relaxed, ordered after the
+// constructor through the items it holds. Wakes of siblings use the reaper's kick: an RMW on the sibling's
 // state word (no lost wake-up).
 //
 // Design: docs/design.md, "The reaper pool".
@@ -126,7 +126,8 @@ class reaper_pool final : private detail::fork_participant {
     }
     detail::fork_registry::instance().add(this);
     const std::lock_guard lock(steal_mutex_);
-    // release: the hooks' acquire loads then see workers_ complete.
+    detail::data_written<sync_ops>(&workers_);  // complete (a schedule test checks its readers)
+    // release: steal's acquire load then sees workers_ complete.
     ready_.store(true, std::memory_order_release);
     update_steal_hint_locked();
   }

@@ -64,6 +64,7 @@ inline llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal(std::size_t t
   taken = 0;
   // acquire: pairs with the constructor's release; workers_ is complete.
   if (!ready_.load(std::memory_order_acquire) || steal_refused_.load(std::memory_order_relaxed)) return {};
+  detail::data_read<sync_ops>(&workers_);
   llist_batch<T, Hook> batch = steal_queued(thief, taken);
   if (batch.empty()) batch = steal_held(thief, taken);
   return batch;
@@ -169,11 +170,10 @@ inline llist_batch<T, Hook> reaper_pool<T, Hook, Fn, Queue>::steal_held(std::siz
 
 template <class T, llist_node T::*Hook, class Fn, class Queue>
 inline std::uint64_t reaper_pool<T, Hook, Fn, Queue>::watch(std::size_t watcher) noexcept {
-  // Relaxed, unlike steal(): a true ready_ only lets the watch start, and it reads nothing of
-  // workers_ until a sibling's item_started_ns stamp, whose seq_cst load synchronizes with a
-  // sibling that took an item enqueued after the constructor returned (links_ are complete
-  // before any worker starts).
-  if (!ready_.load(std::memory_order_relaxed)) return worker_type::no_watch;
+  // acquire: as in steal(). A sibling's item_started_ns stamp does not order workers_ for us:
+  // only a batch's first stamp is seq_cst, a later one relaxed (a schedule test found a watch
+  // that read one and then workers_ unordered).
+  if (!ready_.load(std::memory_order_acquire)) return worker_type::no_watch;
   link_type& self = *links_[watcher];
   // seq_cst: pairs with holding()'s load of watching (see "No lost watch").
   self.watching.store(false, std::memory_order_seq_cst);
@@ -185,6 +185,7 @@ inline std::uint64_t reaper_pool<T, Hook, Fn, Queue>::watch(std::size_t watcher)
     const std::uint64_t started = links_[j]->item_started_ns.load(std::memory_order_seq_cst);
     if (started == 0) continue;
     if (earliest == 0 || started < earliest) earliest = started;
+    detail::data_read<sync_ops>(&workers_);
     if (!workers_[j]->held_.empty()) stealable = true;
   }
   if (earliest == 0) return worker_type::no_watch;
@@ -210,6 +211,7 @@ inline void reaper_pool<T, Hook, Fn, Queue>::holding(std::size_t holder) noexcep
     // sequenced before that store.
     if (links_[j]->watching.load(std::memory_order_seq_cst)) continue;
     if (!links_[j]->idle.load(std::memory_order_relaxed)) continue;
+    detail::data_read<sync_ops>(&workers_);
     (void)workers_[j]->kick();
   }
 }

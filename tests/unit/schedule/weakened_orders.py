@@ -52,6 +52,7 @@ HEADERS = {
     H + 'reaper/cpu_clock.hpp': ['reaper_schedule_test'],
     H + 'reaper/reaper_class.hpp': ['reaper_schedule_test'],
     H + 'reaper_pool/stealing.hpp': ['reaper_schedule_test'],
+    H + 'reaper_pool.hpp': ['reaper_schedule_test'],
     H + 'trace.hpp': ['reaper_schedule_test'],
     H + 'shared_worker.hpp': ['shared_worker_test'],
     H + 'async_teardown/composition.hpp': ['composition_schedule_test'],
