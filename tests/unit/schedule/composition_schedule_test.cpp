@@ -34,7 +34,7 @@ using scheduled_reaper = teardown::reaper<item, &item::node, count_runs, queue>;
 
 
 
-constexpr std::uint64_t schedules = 2'000;
+constexpr std::uint64_t schedules = 10'000;
 
 
 // A flush that waits from before a freeze, and the thaw: while frozen, two threads wait on the

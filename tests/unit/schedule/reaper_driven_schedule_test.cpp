@@ -32,7 +32,7 @@ teardown::reaper_options driven() {
 
 
 
-constexpr std::uint64_t schedules = 2'000;
+constexpr std::uint64_t schedules = 10'000;
 
 
 // Two callers' bounded runs, a producer and two flushes: each flush returns only after what was

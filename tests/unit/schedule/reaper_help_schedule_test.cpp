@@ -46,7 +46,7 @@ using helping_reaper = teardown::reaper<item, &item::node, held_first, queue>;
 
 
 TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTwice) {
-  constexpr std::uint64_t schedules = 2'000;
+  constexpr std::uint64_t schedules = 10'000;
   static std::atomic<std::uint64_t> helped_runs{0};
   static std::atomic<std::uint64_t> helped_items{0};
   helped_runs = 0;
@@ -96,7 +96,7 @@ TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTw
 // flushes wait. After item 0 the worker hands the unstarted half back, a flush takes it, and
 // the other flush must not return while those are still in the helper's hands.
 TEST(HelpScheduleTest, AShareInAHelpersHandsKeepsTheOtherFlushWaiting) {
-  constexpr std::uint64_t schedules = 2'000;
+  constexpr std::uint64_t schedules = 10'000;
   const auto result = sched::explore({.name = "waiters help, the share", .schedules = schedules}, [] {
     std::vector<item> all(8);
     for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);

@@ -566,8 +566,7 @@ struct {
   std::uint64_t polls = 0, boosts = 0;  // runs that took each path
 } lazy_seen;
 TEST(ScheduleTest, ALazyPollingWorkerWithBoostAndHelpFlushesEverything) {
-  // 2,000 schedules: its sleeps make each run long (the clock jumps through them one by one).
-  constexpr std::uint64_t lazy_schedules = 2'000;
+  constexpr std::uint64_t lazy_schedules = 10'000;
   const auto result = sched::explore({.name = "lazy polling, boost, help", .schedules = lazy_schedules}, [] {
     std::vector<item> all = items(5);
     teardown::reaper_options opts = quiet();
