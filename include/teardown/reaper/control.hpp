@@ -248,6 +248,8 @@ inline std::uint64_t reaper<T, Hook, Fn, Queue>::open_hand() noexcept {
     unit = hand_unit((seen & hand_side_bit) != 0);
   } while (!inline_hands_.compare_exchange_weak(seen, seen + unit, std::memory_order_acquire,
                                                 std::memory_order_relaxed));
+  // For a schedule test: a hand on a side a flip made current is ordered after that flip.
+  detail::data_read<sync_ops>(hand_side_key((seen & hand_side_bit) != 0));
   return unit;
 }
 
@@ -308,6 +310,7 @@ inline bool reaper<T, Hook, Fn, Queue>::settle_after_stop(typename clock_type::t
   if (!await_no_hands(current_side ? side0_mask : side1_mask, deadline)) return false;
   // release: pairs with open_hand's acquire (see there): our drain happens before the take of
   // a hand that reads the flip. Nothing of the hands counted before it is read here.
+  detail::data_written<sync_ops>(hand_side_key(!current_side));  // our drain, for a schedule test
   const std::uint64_t before = inline_hands_.fetch_xor(hand_side_bit, std::memory_order_release);
   return await_no_hands((before & hand_side_bit) != 0 ? side1_mask : side0_mask, deadline);
 }

@@ -421,6 +421,11 @@ class reaper final : private detail::fork_participant {
   // flips the side, and waits for the old side to empty.
   static constexpr std::uint64_t hand_side_bit = std::uint64_t{1} << 63;
   static constexpr std::uint64_t hand_unit(bool side) noexcept { return side ? std::uint64_t{1} << 32 : 1; }
+  // Names a side for the data hooks (atomics.hpp): the flip that made it current "writes" the
+  // settler's drain there, and a hand counted on it "reads" it (the order open_hand claims).
+  const void* hand_side_key(bool side) const noexcept {
+    return reinterpret_cast<const char*>(&inline_hands_) + (side ? 1 : 0);
+  }
 
   std::uint64_t open_hand() noexcept;
   void close_hand(std::uint64_t unit) noexcept;

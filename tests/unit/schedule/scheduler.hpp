@@ -203,7 +203,8 @@ class scheduler {
   void data_read(int self, const void* where) {
     const auto found = writes_.find(where);
     if (found != writes_.end() && !ordered(self, found->second)) {
-      fail("data read unordered after its write (an llist_node link, or the worker's thread handle)");
+      fail("data read unordered after its write (a data hook: an llist link, the worker's thread handle, "
+           "the pool's worker table, a hand's side)");
     }
   }
   // Thread clocks (sync.hpp's clock hooks): each read of a worker's CPU clock is stamped, and the
