@@ -312,29 +312,20 @@ struct sync {
   static void futex_wake_one(atomic<std::uint32_t>& word) noexcept { detail::futex_wake(word, 1); }
   static void futex_wake_all(atomic<std::uint32_t>& word) noexcept { detail::futex_wake(word, detail::max_threads); }
   // The data hooks (atomics.hpp): under the scheduler, a read must happen after the write.
-  static void data_written(const void* where) noexcept {
-    if (detail::scheduler* s = detail::here()) {
-      const detail::unseen guard;
-      s->data_written(detail::self, where);
-    }
-  }
-  static void data_read(const void* where) noexcept {
-    if (detail::scheduler* s = detail::here()) {
-      const detail::unseen guard;
-      s->data_read(detail::self, where);
-    }
-  }
+  static void data_written(const void* where) noexcept { on_scheduler(&detail::scheduler::data_written, where); }
+  static void data_read(const void* where) noexcept { on_scheduler(&detail::scheduler::data_read, where); }
   // The reaper's clock hooks (sync.hpp): reads of its worker's CPU clock happen before the close.
   static void thread_clock_read(const void* owner) noexcept {
-    if (detail::scheduler* s = detail::here()) {
-      const detail::unseen guard;
-      s->thread_clock_read(detail::self, owner);
-    }
+    on_scheduler(&detail::scheduler::thread_clock_read, owner);
   }
   static void thread_clock_closed(const void* owner) noexcept {
+    on_scheduler(&detail::scheduler::thread_clock_closed, owner);
+  }
+  // A hook's call on the running scheduler, unseen by ThreadSanitizer; nothing outside a run.
+  static void on_scheduler(void (detail::scheduler::*hook)(int, const void*), const void* what) noexcept {
     if (detail::scheduler* s = detail::here()) {
       const detail::unseen guard;
-      s->thread_clock_closed(detail::self, owner);
+      (s->*hook)(detail::self, what);
     }
   }
   template <class Rep, class Period>
