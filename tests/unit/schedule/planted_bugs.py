@@ -5,9 +5,11 @@ TEARDOWN_SCHEDULE_REPLAY=<name>). Each header is restored afterwards, even on an
 in a scratch checkout or copy anyway (`git worktree add --detach /tmp/plant`, or a copy of the
 tree), since it edits headers in place. Needs the default preset configured there, or --build.
 
-Usage: tests/unit/schedule/planted_bugs.py [--root DIR] [--build DIR] [name...]   (default: every bug)
+Usage: tests/unit/schedule/planted_bugs.py [--root DIR] [--build DIR] [--check] [name...]   (default: every bug)
   --root DIR    the tree whose include/ gets the plants (default: the one holding this script)
   --build DIR   a configured build folder of that tree (default: the default preset's)
+  --check       only checks that each plant's text is in its header exactly once (ctest
+                lint.planted_bugs: a header edit that a plant no longer matches fails there)
 """
 import argparse
 import pathlib
@@ -17,6 +19,7 @@ import sys
 parser = argparse.ArgumentParser()
 parser.add_argument('--root', type=pathlib.Path, default=pathlib.Path(__file__).resolve().parents[3])
 parser.add_argument('--build', type=pathlib.Path)
+parser.add_argument('--check', action='store_true')
 parser.add_argument('names', nargs='*')
 args = parser.parse_args()
 root = args.root.resolve()
@@ -34,10 +37,10 @@ T = H + 'trace.hpp'
 # name: (file, text to replace (exactly once), the bug, the schedule tests that must catch it
 #        [, the test program: reaper_schedule_test unless named])
 plants = {
- 'wake': (WAKE, """  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+ 'wake': (WAKE, """  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_release);
   if (previous & stopped_bit) {
     drain_inline_counted();""", """  const std::uint32_t previous = state_.load(std::memory_order_acquire);
-  state_.fetch_or(kicked_bit, std::memory_order_acq_rel);
+  state_.fetch_or(kicked_bit, std::memory_order_release);
   if (previous & stopped_bit) {
     drain_inline_counted();""", 'ScheduleTest.WakeSleep*'),
  'putback': (LOOP,
@@ -130,11 +133,13 @@ plants = {
  'replace_all_no_acquire': (H + 'llist.hpp', "std::exchange(nodes.first_, nullptr), std::memory_order_acq_rel)",
                             "std::exchange(nodes.first_, nullptr), std::memory_order_release)",
                             'LlistScheduleTest.ReplaceAll*', 'llist_schedule_test'),
- 'woken_no_acquire': (WAKE, "  previous = state_.exchange(0, std::memory_order_acq_rel);",
-                      "  previous = state_.exchange(0, std::memory_order_release);", 'ScheduleTest.WakeSleepNever*'),
- 'kick_no_release': (WAKE, "  // acq_rel for the same reasons as in enqueue.\n"
-                     "  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acq_rel);",
-                     "  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_acquire);",
+ 'woken_no_acquire': (WAKE, "  previous = state_.exchange(0, std::memory_order_acquire);",
+                      "  previous = state_.exchange(0, std::memory_order_relaxed);", 'ScheduleTest.WakeSleepNever*'),
+ 'kick_no_release': (WAKE, "  // reads this kick or a later RMW. No acquire: reading STOPPED, we drain through the llist's\n"
+                     "  // own acquire and read nothing else the worker wrote.\n"
+                     "  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_release);",
+                     "  // reads this kick or a later RMW.\n"
+                     "  const std::uint32_t previous = state_.fetch_or(kicked_bit, std::memory_order_relaxed);",
                      'ScheduleTest.WakeSleepNever*'),
  'close_hand_relaxed': (CONTROL, "  inline_hands_.fetch_sub(unit, std::memory_order_release);",
                         "  inline_hands_.fetch_sub(unit, std::memory_order_relaxed);",
@@ -216,6 +221,13 @@ plants = {
                           "      (void)cached_below_;", 'DeferredTest.BelowCachedBelow*', 'deferred_test'),
 }
 names = args.names or list(plants)
+stale = [f'{name}: its text is in {plants[name][0]} {(root / plants[name][0]).read_text().count(plants[name][1])} '
+         'times, not once' for name in names if (root / plants[name][0]).read_text().count(plants[name][1]) != 1]
+if args.check or stale:
+    for line in stale:
+        print(line)
+    print(f'planted_bugs --check: {len(names)} plants, {len(stale)} stale')
+    sys.exit(1 if stale else 0)
 for name in names:
     f, old, new, flt, *program = plants[name]
     program = program[0] if program else 'reaper_schedule_test'
