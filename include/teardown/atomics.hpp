@@ -11,11 +11,12 @@
 //     fetch_add(n, order)  fetch_sub(n, order)              (integral W only)
 //
 //   A policy may also have data_written(where) and data_read(where), static: a structure calls
-//   them where it writes data outside the policy that another thread reads once an order of
-//   the policy's published it, and where that thread reads it (llist: a node's link before the
-//   add, and del_first's read of it; the reaper: its worker's thread handle). A schedule test's
-//   policy checks there that the read happens after the write, as a race detector would;
-//   std_atomics and ao_atomics have neither, and the calls compile to nothing.
+//   data_written where a thread's accesses to data outside the policy must happen before another
+//   thread's data_read at the same place (llist: a node's link before the add, and del_first's
+//   read of it; the reaper: its worker's thread handle, and each read of the worker's CPU clock
+//   before the close that lets the thread end). A schedule test's policy checks there that the
+//   read happens after the last write of every thread, as a race detector would; std_atomics and
+//   ao_atomics have neither, and the calls compile to nothing.
 //
 //   std_atomics   std::atomic<W>. The default, and the one every other header assumes.
 //   ao_atomics    libatomic_ops AO_t operations (present when <atomic_ops.h> is; the CMake

@@ -21,12 +21,8 @@
 //     S::futex_wait(word, expected), S::futex_wait_for(word, expected, ns),
 //     S::futex_wake_one(word)           over S::atomic<std::uint32_t>; waits may end spuriously
 //     S::futex_wake_all(word)           (optional: the model's AIO context uses it)
-//     S::thread_clock_read(owner), S::thread_clock_closed(owner)
-//                                       (optional) where a reader reads the CPU clock of
-//                                       owner's worker thread, and where that worker closes
-//                                       the clock before it exits: the scheduler's policy
-//                                       checks every read happens before the close returns
-//                                       (detail::thread_clock_read; nothing for std_sync)
+//     S::data_written(where), S::data_read(where)
+//                                       (optional) the data hooks, as for Atomics (atomics.hpp)
 //     S::sleep_for(duration), S::yield()
 //     S::start_thread(pthread_t*, entry, arg), S::join_thread(pthread_t)
 //                                       start_thread_with_signals_blocked and pthread_join
@@ -122,16 +118,6 @@ template <class Workers>
 struct workers_sync<Workers> {
   using type = typename Workers::sync;
 };
-
-// The optional hooks above: nothing unless the policy has them.
-template <class S>
-inline void thread_clock_read(const void* owner) noexcept {
-  if constexpr (requires { S::thread_clock_read(owner); }) S::thread_clock_read(owner);
-}
-template <class S>
-inline void thread_clock_closed(const void* owner) noexcept {
-  if constexpr (requires { S::thread_clock_closed(owner); }) S::thread_clock_closed(owner);
-}
 
 }  // namespace detail
 

@@ -41,12 +41,12 @@ inline std::uint64_t reaper<T, Hook, Fn, Queue>::worker_cpu_ns() const noexcept 
   if (!(pins & clock_closed_bit) && worker_known_.load(std::memory_order_acquire)) {
     clockid_t clock{};
     timespec ts{};
-    detail::thread_clock_read<sync_ops>(this);
     detail::data_read<sync_ops>(&worker_thread_);
     if (pthread_getcpuclockid(worker_thread_, &clock) == 0 && clock_gettime(clock, &ts) == 0) {
       live = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
       read_live = true;
     }
+    detail::data_written<sync_ops>(&cpu_clock_pins_);  // this clock read, before the close (a schedule test)
   }
   // release: pairs with the acquire load in close_cpu_clock(): our clock read is over before
   // the worker exits.
@@ -68,7 +68,7 @@ inline void reaper<T, Hook, Fn, Queue>::close_cpu_clock() noexcept {
     // acquire: pairs with the release unpin in worker_cpu_ns().
     pins = cpu_clock_pins_.load(std::memory_order_acquire);
   }
-  detail::thread_clock_closed<sync_ops>(this);  // every clock read is over: the thread may end
+  detail::data_read<sync_ops>(&cpu_clock_pins_);  // every clock read is over: the thread may end
   worker_cpu_ns_.store(detail::thread_cpu_ns(), std::memory_order_relaxed);  // stop()'s join publishes it
 }
 

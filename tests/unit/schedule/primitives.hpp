@@ -314,13 +314,6 @@ struct sync {
   // The data hooks (atomics.hpp): under the scheduler, a read must happen after the write.
   static void data_written(const void* where) noexcept { on_scheduler(&detail::scheduler::data_written, where); }
   static void data_read(const void* where) noexcept { on_scheduler(&detail::scheduler::data_read, where); }
-  // The reaper's clock hooks (sync.hpp): reads of its worker's CPU clock happen before the close.
-  static void thread_clock_read(const void* owner) noexcept {
-    on_scheduler(&detail::scheduler::thread_clock_read, owner);
-  }
-  static void thread_clock_closed(const void* owner) noexcept {
-    on_scheduler(&detail::scheduler::thread_clock_closed, owner);
-  }
   // A hook's call on the running scheduler, unseen by ThreadSanitizer; nothing outside a run.
   static void on_scheduler(void (detail::scheduler::*hook)(int, const void*), const void* what) noexcept {
     if (detail::scheduler* s = detail::here()) {

@@ -196,23 +196,24 @@ class scheduler {
            clocks_[static_cast<std::size_t>(self)][static_cast<std::size_t>(stamp.first)] >= stamp.second;
   }
   std::uint64_t stale_reads() const { return stale_reads_; }
-  // Data outside the policy (atomics.hpp's data hooks: llist_node links, the worker's thread
-  // handle): each place's last write is stamped, and a read not ordered after it fails the run,
-  // as a data race would.
-  void data_written(int self, const void* where) { writes_[where] = stamp(self); }
-  void data_read(int self, const void* where) {
-    const auto found = writes_.find(where);
-    if (found != writes_.end() && !ordered(self, found->second)) {
-      fail("data read unordered after its write (a data hook: an llist link, the worker's thread handle, "
-           "the pool's worker table, a hand's side)");
+  // The data hooks (atomics.hpp): each thread's last data_written at a place is stamped, and a
+  // data_read there that is not ordered after every one of them fails the run, as a data race
+  // would (a thread's earlier writes there are covered by its last).
+  void data_written(int self, const void* where) {
+    auto& last = writes_[where];
+    const auto mine = std::find_if(last.begin(), last.end(), [&](const auto& s) { return s.first == self; });
+    if (mine != last.end()) {
+      *mine = stamp(self);
+    } else {
+      last.push_back(stamp(self));
     }
   }
-  // Thread clocks (sync.hpp's clock hooks): each read of a worker's CPU clock is stamped, and the
-  // worker's close fails the run unless every read happens before it (the thread then ends).
-  void thread_clock_read(int self, const void* owner) { clock_reads_[owner].push_back(stamp(self)); }
-  void thread_clock_closed(int self, const void* owner) {
-    for (const auto& read : clock_reads_[owner]) {
-      if (!ordered(self, read)) fail("a read of the worker's CPU clock not ordered before the worker's exit");
+  void data_read(int self, const void* where) {
+    for (const auto& written : writes_[where]) {
+      if (!ordered(self, written)) {
+        fail("data read unordered after its write (a data hook: an llist link, the worker's thread handle, "
+             "the pool's worker table, a hand's side, a read of the worker's CPU clock)");
+      }
     }
   }
   // What a joiner of thread k blocks on (finish wakes it).
@@ -512,8 +513,7 @@ class scheduler {
   std::mt19937_64 memory_rng_;  // stale reads: schedules' draws stay as they were
   int stale_per_mille_;
   std::uint64_t stale_reads_ = 0;
-  std::unordered_map<const void*, std::pair<int, std::uint32_t>> writes_;  // data_written stamps
-  std::unordered_map<const void*, std::vector<std::pair<int, std::uint32_t>>> clock_reads_;
+  std::unordered_map<const void*, std::vector<std::pair<int, std::uint32_t>>> writes_;  // data_written's
   std::array<vclock, max_threads> clocks_{};
   // Histories left by an earlier run start over (store_history::renew).
   inline static std::atomic<std::uint64_t> runs_made_{0};
