@@ -36,14 +36,14 @@
 //   destructor             stop(): every process queued is still released, on the worker.
 // What the worker makes of each process: release_result (process_reaper/options.hpp).
 //
-// No lost wake-up in wait_for_budget: the worker releases a charge, then bumps the word with a
-// release RMW and wakes every waiter; a waiter reads the word with acquire, then the budget, and
-// sleeps only while the word still holds what it read.
+// No lost wake-up in wait_for_budget: the worker releases a charge, then notifies an
+// event_count (event_count.hpp); a waiter takes its key, then reads the budget, and sleeps only
+// while no notify came since the key.
 //
 // Memory ordering: the items travel through the reaper's llist (release add, acquire del_all),
 // so the worker sees the pidfd and the charge kill wrote. Counters are relaxed, but done_ is
 // added last with release and read first with acquire, so pending (killed - done) is never
-// negative in a snapshot. The budget is relaxed (budget.hpp); the word above orders it.
+// negative in a snapshot. The budget is relaxed (budget.hpp); the event_count above orders it.
 //
 // Fork: fork() waits for nothing of the worker's (fork_policy::never_wait). A fork child
 // releases inline, starts with an empty budget, and releases the processes still queued at the

@@ -26,9 +26,9 @@
 #include <utility>
 
 #include "teardown/budget.hpp"
+#include "teardown/event_count.hpp"
 #include "teardown/detail/clock.hpp"
 #include "teardown/detail/fork.hpp"
-#include "teardown/detail/futex.hpp"
 #include "teardown/detail/nice.hpp"
 #include "teardown/detail/pidfd.hpp"
 #include "teardown/llist.hpp"
@@ -177,7 +177,7 @@ class process_reaper final : private teardown::detail::fork_participant {
   const std::uint64_t trace_domain_ = trace::new_domain();
   budget budget_;
   std::uint32_t fork_epoch_ = 0;  // fork children this object lives in; written only by fork_child
-  std::atomic<std::uint32_t> released_word_{0};  // bumped after each charge goes back
+  event_count charge_returned_;  // notified after each charge goes back
   std::atomic<bool> mrelease_supported_{true};
   std::atomic<std::uint64_t> killed_{0};
   snapshot_count done_;
@@ -307,9 +307,7 @@ inline void process_reaper::finish(item& killed) noexcept {
   if (charged) budget_.release(bytes);
   // Last: a snapshot that sees this item done sees its counters, and sees it killed.
   done_.add_last();
-  // release: pairs with wait_for_budget's acquire load (see "No lost wake-up").
-  released_word_.fetch_add(1, std::memory_order_release);
-  teardown::detail::futex_wake_all(released_word_);
+  charge_returned_.notify_all();  // after the budget's release: see "No lost wake-up"
 }
 
 template <class Rep, class Period>
@@ -324,8 +322,8 @@ bool process_reaper::wait_for_budget(std::uint64_t bytes, std::chrono::duration<
   const auto boost_at = std::chrono::steady_clock::now() + reaper_options{}.boost_after;
   bool boosted = false;
   for (;;) {
-    // acquire: pairs with finish()'s release bump, so the budget read below sees its release.
-    const std::uint32_t seen = released_word_.load(std::memory_order_acquire);
+    // The key first, then the budget (event_count.hpp): a release after the key wakes the wait.
+    const event_count::key seen = charge_returned_.prepare_wait();
     if (budget_.pending() <= bytes) return true;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
@@ -344,7 +342,7 @@ bool process_reaper::wait_for_budget(std::uint64_t bytes, std::chrono::duration<
     const auto left = wake_at == std::chrono::steady_clock::time_point::max()
                           ? std::chrono::nanoseconds(std::chrono::seconds(1))
                           : std::chrono::duration_cast<std::chrono::nanoseconds>(wake_at - now);
-    teardown::detail::futex_wait_for(released_word_, seen, static_cast<std::uint64_t>(left.count()));
+    charge_returned_.wait_for(seen, static_cast<std::uint64_t>(left.count()));
   }
 }
 

@@ -3,8 +3,9 @@
 // whoever takes it checks that the stamp happens before the take. A weakened order on a path
 // that publishes nodes (an add's release, a take's acquire, replace_all's acq_rel, the sharded
 // summary word's pair) leaves a take unordered after a stamp: the schedule fails. The same file
-// holds snapshot_count, the other primitive whose orders publish: a snapshot that reads it first
-// must not see it ahead of a count made before its add.
+// holds the other two primitives whose orders publish: snapshot_count (a snapshot that reads it
+// first must not see it ahead of a count made before its add) and event_count (a waiter that
+// takes its key before it reads a relaxed condition must not sleep through the change).
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 
 #include "schedule/scenario_support.hpp"
 #include "schedule/schedule.hpp"
+#include "teardown/event_count.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/sharded_llist.hpp"
 #include "teardown/snapshot_count.hpp"
@@ -183,6 +185,34 @@ TEST(SnapshotCountScheduleTest, ASnapshotNeverShowsTheCountAheadOfTheWorkItCount
       }
     }
     sched::check(done.read() == 4, "every add_last counted");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// event_count: a worker gives back two charges of a relaxed budget, notifying after each (the
+// process reaper's wait_for_budget, which has no Sync policy of its own); a waiter takes its key,
+// then reads the budget, and sleeps on the key until the budget is empty. It always wakes:
+// weakening notify_all's release or prepare_wait's acquire lets the waiter take the last key
+// with an older budget, and sleep with nobody left to notify it (a deadlock the scheduler
+// reports).
+TEST(EventCountScheduleTest, AWaiterThatTakesItsKeyFirstNeverSleepsThroughTheLastRelease) {
+  const auto result = sched::explore({.name = "event_count", .schedules = schedules}, [] {
+    typename sched::sync::template atomic<std::uint64_t> pending{2};
+    teardown::basic_event_count<sched::sync> returned;
+    {
+      sched::thread worker([&] {
+        for (int charge = 0; charge < 2; ++charge) {
+          pending.fetch_sub(1, std::memory_order_relaxed);
+          returned.notify_all();
+        }
+      });
+      for (;;) {
+        const auto key = returned.prepare_wait();
+        if (pending.load(std::memory_order_relaxed) == 0) break;
+        returned.wait(key);
+      }
+    }
+    sched::check(pending.load(std::memory_order_relaxed) == 0, "the waiter left with the budget not empty");
   });
   expect_explored(result, expected_runs(schedules));
 }

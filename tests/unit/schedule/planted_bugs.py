@@ -198,6 +198,11 @@ plants = {
  'snapshot_count_relaxed': (H + 'snapshot_count.hpp', "value_.fetch_add(n, std::memory_order_release);",
                             "value_.fetch_add(n, std::memory_order_relaxed);",
                             'SnapshotCountScheduleTest.*', 'llist_schedule_test'),
+ # event_count (the process reaper's wait_for_budget): the key taken relaxed, so a waiter reads
+ # the last key with an older budget and sleeps with nobody left to notify it.
+ 'event_count_key_relaxed': (H + 'event_count.hpp', "return word_.load(std::memory_order_acquire);",
+                             "return word_.load(std::memory_order_relaxed);",
+                             'EventCountScheduleTest.*', 'llist_schedule_test'),
  # The model's AIO context: exit_aio's read of the Dekker pair acquire only (it was, until this
  # scenario showed a request left in flight after exit_aio returned).
  'aio_exit_reads_acquire': (H + 'model/aio.hpp', "(n = in_flight_.load(std::memory_order_seq_cst)) != 0;",
