@@ -35,11 +35,14 @@
 //
 // Memory ordering: the helper reads its arguments, written before the clone system call (which
 // orders them), and publishes one 32-bit word with a single store followed by a FUTEX_WAKE; the
-// kernel clears the same word (and wakes) when the helper exits. enable_shadow_teardown() reads
-// it with acquire loads; the word alone carries the result (failed step and errno included), so
-// no other data travels with it. The helper's pid and its owner share one 64-bit word, written
-// under the mutex and read whole (relaxed) by the snapshots: no order to pair. The futex word is a plain int, not a
-// std::atomic, because the kernel writes it; the owner's accesses are __atomic builtins.
+// kernel clears the same word (and wakes) when the helper exits. The word alone carries the
+// result (failed step and errno included), and the helper writes no other memory the owner
+// reads, so both sides are relaxed: no data travels with it to order. A detached helper's
+// intermediate reports the helper's pid and pidfd in two more fields, which the owner reads
+// only after the intermediate's exit (the kernel orders those). The helper's pid and its owner
+// share one 64-bit word, written under the mutex and read whole (relaxed) by the snapshots: no
+// order to pair. The futex word is a plain int, not a std::atomic, because the kernel writes it;
+// the owner's accesses are __atomic builtins.
 //
 //   process/shadow_options.hpp   shadow_options, the four calls declared, the platform test
 //   process/shadow_helper.hpp    the helper's code (internal)

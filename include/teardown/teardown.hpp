@@ -11,6 +11,7 @@
 #include "teardown/budget.hpp"
 #include "teardown/counter.hpp"
 #include "teardown/deferred.hpp"
+#include "teardown/event_count.hpp"
 #include "teardown/llist.hpp"
 #include "teardown/memory_limit.hpp"
 #include "teardown/pressure_policy.hpp"

@@ -270,7 +270,8 @@ inline pid_t start_helper(shadow_state& s, const shadow_options& options) {
       int status = 0;
       while (waitpid(static_cast<pid_t>(intermediate), &status, static_cast<int>(__WCLONE)) < 0 && errno == EINTR) {
       }
-      cloned = __atomic_load_n(&s.args.detach_result, __ATOMIC_ACQUIRE);
+      // Relaxed: after the intermediate's exit (see helper_detach_main), nothing to pair with.
+      cloned = __atomic_load_n(&s.args.detach_result, __ATOMIC_RELAXED);
       pidfd = cloned >= 0 ? s.args.detach_pidfd : -1;
     }
   } else {

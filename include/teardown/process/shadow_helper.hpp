@@ -5,7 +5,7 @@
 // Who may call what: helper_* run only on the helper (and a detached helper's intermediate),
 // never on a thread of the program's, helper_clone excepted (the owner calls it). The word
 // helper_args::word is the one thing the owner and the helper share while the helper lives:
-// release store plus FUTEX_WAKE here, acquire load_word there (process.hpp, "Memory ordering").
+// a store plus FUTEX_WAKE here, load_word there, relaxed both (process.hpp, "Memory ordering").
 // Design: docs/design.md, "process.hpp: shadow teardown of a whole process (Linux x86-64)".
 #pragma once
 
@@ -73,7 +73,8 @@ struct helper_args {
 // The word is a plain int because the kernel writes it (CLONE_CHILD_CLEARTID) and futexes wait on
 // its address; the __atomic builtins make every access of ours atomic, are seen by
 // ThreadSanitizer, and exist with every standard library (libc++ 14 has no std::atomic_ref).
-inline int load_word(const int& word) noexcept { return __atomic_load_n(&word, __ATOMIC_ACQUIRE); }
+// Relaxed: the word's value is the whole report (process.hpp, "Memory ordering").
+inline int load_word(const int& word) noexcept { return __atomic_load_n(&word, __ATOMIC_RELAXED); }
 inline void store_word_relaxed(int& word, int value) noexcept { __atomic_store_n(&word, value, __ATOMIC_RELAXED); }
 
 // ---- the helper's code: raw system calls only, no thread-local storage, no instrumentation ----
@@ -152,8 +153,9 @@ TEARDOWN_SHADOW_HELPER_CODE inline long helper_syscall(long number, long a1 = 0,
 }
 
 TEARDOWN_SHADOW_HELPER_CODE inline void helper_publish(helper_args* args, int value) noexcept {
-  // Release: pairs with the owner's acquire load_word (what the helper did is done).
-  __atomic_store_n(&args->word, value, __ATOMIC_RELEASE);
+  // Relaxed: the value is the whole report; what the helper did before are system calls, whose
+  // effects the kernel orders, and it wrote no memory that the owner reads.
+  __atomic_store_n(&args->word, value, __ATOMIC_RELAXED);
   // Not FUTEX_PRIVATE: the owner waits with a shared futex, as the kernel's clear-and-wake on
   // exit uses one, and the two kinds do not wake each other.
   helper_syscall(SYS_futex, reinterpret_cast<long>(&args->word), FUTEX_WAKE, INT_MAX);
@@ -306,8 +308,11 @@ TEARDOWN_SHADOW_HELPER_CODE __attribute__((noinline)) inline long helper_clone(
     pidfd = -1;
     cloned = helper_clone(flags, args->helper_stack_top, &pidfd, &args->word, args);
   }
+  // Relaxed, as the pidfd's plain store: the owner reads both only after this task's exit
+  // (its clear-child-tid word, then waitpid), which the kernel orders after them; the exit
+  // system call's asm clobbers memory, so no compiler moves them past it either.
   args->detach_pidfd = pidfd;
-  __atomic_store_n(&args->detach_result, cloned, __ATOMIC_RELEASE);
+  __atomic_store_n(&args->detach_result, cloned, __ATOMIC_RELAXED);
   helper_exit();
 }
 
