@@ -71,7 +71,11 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -208,31 +212,60 @@ inline std::optional<std::vector<std::size_t>> next_path(const std::vector<decis
 }
 
 // Pins the calling thread, and so every thread it starts (the scenario's, the library's
-// workers, whose housekeeping CPUs are taken within the inherited mask), to the CPU it runs on,
-// and gives the old mask back at the end. One thread runs at a time anyway; on one CPU a
-// hand-off is a wake on the same run queue, which the blocking waker leaves to the woken thread
-// at once. Across CPUs a busy machine makes each hand-off wait for a slice of whatever else runs
-// there: with two spinning processes on 2 CPUs, 200 schedules took 224 s instead of 0.6 s.
+// workers, whose housekeeping CPUs are taken within the inherited mask), to one CPU, and gives
+// the old mask back at the end. One thread runs at a time anyway; on one CPU a hand-off is a
+// wake on the same run queue, which the blocking waker leaves to the woken thread at once.
+// Across CPUs a busy machine makes each hand-off wait for a slice of whatever else runs there:
+// with two spinning processes on 2 CPUs, 200 schedules took 224 s instead of 0.6 s.
+//
+// The CPU is claimed, so that explorations running side by side (ctest -j) take different ones:
+// the first CPU of the mask whose abstract socket "teardown-schedule-cpu-N" this process can
+// bind (the kernel frees it when the socket closes or the process dies; no file, so users share
+// it). When every CPU is claimed, the CPU the thread runs on. Pinned to whichever CPU it woke on,
+// two explorations could share one CPU while the other ran a spinner alone: beside two spinners
+// the suite took 311 s once, and 243 s with the claim.
 class one_cpu {
  public:
   one_cpu() noexcept {
     if (sched_getaffinity(0, sizeof saved_, &saved_) != 0) return;
-    const int here = sched_getcpu();
-    if (here < 0 || here >= CPU_SETSIZE || !CPU_ISSET(static_cast<std::size_t>(here), &saved_)) return;
+    int cpu = -1;
+    for (int candidate = 0; candidate < CPU_SETSIZE && cpu < 0; ++candidate) {
+      if (CPU_ISSET(static_cast<std::size_t>(candidate), &saved_) && claim(candidate)) cpu = candidate;
+    }
+    if (cpu < 0) cpu = sched_getcpu();
+    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(static_cast<std::size_t>(cpu), &saved_)) return;
     cpu_set_t only;
     CPU_ZERO(&only);
-    CPU_SET(static_cast<std::size_t>(here), &only);
+    CPU_SET(static_cast<std::size_t>(cpu), &only);
     pinned_ = sched_setaffinity(0, sizeof only, &only) == 0;
   }
   ~one_cpu() {
     if (pinned_) (void)sched_setaffinity(0, sizeof saved_, &saved_);
+    if (claim_fd_ >= 0) close(claim_fd_);
   }
   one_cpu(const one_cpu&) = delete;
   one_cpu& operator=(const one_cpu&) = delete;
 
  private:
+  bool claim(int cpu) noexcept {
+    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    const int length =
+        std::snprintf(address.sun_path + 1, sizeof address.sun_path - 1, "teardown-schedule-cpu-%d", cpu);
+    const auto size = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + static_cast<std::size_t>(length));
+    if (bind(fd, reinterpret_cast<const sockaddr*>(&address), size) != 0) {
+      close(fd);
+      return false;
+    }
+    claim_fd_ = fd;
+    return true;
+  }
+
   cpu_set_t saved_{};
   bool pinned_ = false;
+  int claim_fd_ = -1;
 };
 
 }  // namespace detail
