@@ -1084,10 +1084,10 @@ TEST_F(AsyncTeardownTest, PutChainWhoseSumDoesNotFitIsRejectedWholeAndTornDownIn
 }
 
 TEST_F(AsyncTeardownTest, PutChainAppliesTheThresholdToTheSum) {
-  auto small = make_items({30, 30});
+  auto small = make_items({30, 20});
   auto smaller = make_items({20, 20});
   item_async async({.threshold = 50}, traits());
-  EXPECT_EQ(async.put_chain(chain_of(small)), decision::queued) << "60 >= 50, though each is below it";
+  EXPECT_EQ(async.put_chain(chain_of(small)), decision::queued) << "50 >= 50, though each is below it";
   EXPECT_EQ(async.put_chain(chain_of(smaller)), decision::inline_ineligible);
   for (const item& i : smaller) EXPECT_EQ(i.prepared.load(), 0) << "inline items are not prepared";
   async.flush();

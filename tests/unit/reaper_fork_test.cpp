@@ -371,6 +371,37 @@ TEST_F(ReaperForkTest, ChildMayDestroyTheReaperWhichTearsDownTheBacklog) {
   EXPECT_EQ(ran_exactly_once(backlog), backlog.size());
 }
 
+// A stopped reaper drains its queue on the producer of a chain, inside a hand that a flush
+// waits out. A producer caught inside such a teardown when fork() copied memory is not in the
+// child: its hand must not hold the child's flush or stop for good. Its item is the parent's.
+TEST_F(ReaperForkTest, ChildFlushDoesNotWaitForTheHandOfAProducerThatIsNotThere) {
+  auto jobs = make_jobs(3);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(first_item_blocks(release, started));
+  reaper.stop();
+  std::thread producer([&] {  // a chain: the producer drains the queue with it, inside a hand
+    teardown::llist_chain<job, &job::hook> chain;
+    chain.push_back(jobs[0]);
+    reaper.enqueue_chain(std::move(chain));  // tears job 0 down here, and blocks in it
+  });
+  while (!started.load()) std::this_thread::sleep_for(1ms);
+  const int code = run_child([&] {
+    reaper.enqueue(jobs[1]);
+    reaper.flush();
+    reaper.enqueue(jobs[2]);
+    reaper.stop();
+    CHILD_CHECK(jobs[1].runs.load() == 1 && jobs[2].runs.load() == 1);
+    CHILD_CHECK(jobs[0].runs.load() == 0);
+    return child_ok;
+  });
+  release.count_down();
+  producer.join();
+  EXPECT_EQ(code, child_ok);
+  EXPECT_EQ(jobs[0].runs.load(), 1) << "in the parent";
+  EXPECT_EQ(jobs[1].runs.load() + jobs[2].runs.load(), 0) << "the child's items ran in the parent";
+}
+
 TEST_F(ReaperForkTest, ChildMayFreezeAndThaw) {
   auto child_jobs = make_jobs(2);
   job_reaper reaper(counting());
