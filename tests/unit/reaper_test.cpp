@@ -591,6 +591,49 @@ TEST_F(ReaperTest, FlushAfterStopReturnsTrueAtOnce) {
   EXPECT_TRUE(reaper.flush_for(0ms));
 }
 
+// A stopped reaper drains its queue on the producer of a chain, inside a hand that flushes
+// wait out. While that teardown blocks, flush_for gives up at its deadline, also when another
+// flush, without a deadline, waits for the same hand first (settlers take turns: the second
+// must not wait for the first past its own deadline); the flush without one returns after it.
+TEST_F(ReaperTest, FlushForGivesUpAtItsDeadlineWhileAProducersTeardownAfterStopRuns) {
+  auto jobs = make_jobs(1);
+  std::atomic<bool> started{false};
+  std::atomic<bool> go{false};
+  job_reaper reaper([&](job& j) {
+    started.store(true);
+    while (!go.load()) std::this_thread::sleep_for(1ms);
+    j.runs.fetch_add(1);
+  });
+  reaper.stop();
+  std::thread producer([&] {
+    teardown::llist_chain<job, &job::hook> chain;
+    chain.push_back(jobs[0]);
+    reaper.enqueue_chain(std::move(chain));  // tears job 0 down here, and blocks in it
+  });
+  while (!started.load()) std::this_thread::sleep_for(1ms);
+  EXPECT_FALSE(reaper.flush_for(20ms)) << "flush_for returned true while a producer's teardown ran";
+  std::atomic<bool> flushed{false};
+  std::thread flusher([&] {
+    reaper.flush();
+    flushed.store(true);
+  });
+  // A safety net, so that a flush_for that waits for the other flush fails instead of hanging.
+  std::thread safety_net([&] {
+    for (int ms = 0; ms < 10'000 && !go.load(); ++ms) std::this_thread::sleep_for(1ms);
+    go.store(true);
+  });
+  std::this_thread::sleep_for(20ms);  // most often the flusher's turn comes first; the test holds either way
+  EXPECT_FALSE(reaper.flush_for(20ms)) << "flush_for returned true while a producer's teardown ran (or only "
+                                          "after waiting for the other flush)";
+  EXPECT_FALSE(flushed.load()) << "flush returned while a producer's teardown ran";
+  go.store(true);
+  producer.join();
+  flusher.join();
+  safety_net.join();
+  EXPECT_EQ(jobs[0].runs.load(), 1);
+  EXPECT_TRUE(reaper.flush_for(10s));
+}
+
 TEST_F(ReaperTest, FreezeAfterStopReturnsAtOnce) {
   job_reaper reaper(counting());
   reaper.stop();

@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <latch>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -509,6 +511,39 @@ TEST(SharedWorkerScheduleTest, ShutdownWaitsForAPutInFlight) {
 
 // Driven and shared: no thread at all, one work_fd for every sharer, and a run from any sharer
 // (or the worker) tears down every sharer's items, each counted by its own domain.
+// A put whose prepare stalls: it holds the domain's gate (entered before the stopped check,
+// left after the enqueue).
+struct stalling_prepare_traits : owned_traits {
+  std::atomic<bool>* in_prepare = nullptr;
+  std::latch* release = nullptr;
+  void prepare(item&) const {
+    in_prepare->store(true);
+    release->wait();
+  }
+};
+
+// stop_for of a domain on a shared worker closes the domain's gate and waits for its puts in
+// flight: one still in flight at the deadline makes it false. That put is queued once it goes
+// on, and the next stop_for tears it down: nothing lost.
+TEST(SharedWorkerTest, StopForGivesUpAtItsDeadlineWhileAPutIsInFlight) {
+  std::atomic<bool> in_prepare{false};
+  std::latch release(1);
+  stalling_prepare_traits traits;
+  traits.in_prepare = &in_prepare;
+  traits.release = &release;
+  async_teardown_options opts;
+  opts.worker = std::make_shared<teardown::shared_worker<item, &item::hook, stalling_prepare_traits>>();
+  teardown::async_teardown<item, &item::hook, stalling_prepare_traits> domain(std::move(opts), traits);
+  item x;
+  std::thread putter([&] { EXPECT_EQ(domain.put(x), decision::queued); });
+  while (!in_prepare.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(domain.stop_for(std::chrono::milliseconds(20))) << "stop_for returned true with a put in flight";
+  release.count_down();
+  putter.join();
+  EXPECT_TRUE(domain.stop_for(std::chrono::seconds(10)));
+  EXPECT_EQ(x.destroyed.load(), 1);
+}
+
 TEST(SharedWorkerTest, ADrivenSharedWorkerStartsNoThreadAndOneRunServesEverySharer) {
   const std::size_t before = thread_count();
   worker_type::options_type driven = worker_type::default_options();
