@@ -402,6 +402,32 @@ TEST_F(ReaperForkTest, ChildFlushDoesNotWaitForTheHandOfAProducerThatIsNotThere)
   EXPECT_EQ(jobs[1].runs.load() + jobs[2].runs.load(), 0) << "the child's items ran in the parent";
 }
 
+// A boost in force is the parent worker's: the child, which has no worker, reports none.
+// (The worker is held inside an item, so that it does not find its queue empty and lower
+// itself back meanwhile.)
+TEST_F(ReaperForkTest, AChildOfABoostedWorkerReportsNoBoost) {
+  auto jobs = make_jobs(1);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(first_item_blocks(release, started));
+  reaper.enqueue(jobs[0]);
+  while (!started.load()) std::this_thread::sleep_for(1ms);
+  const bool raised = reaper.boost();
+  int code = child_ok;
+  if (raised) {
+    EXPECT_TRUE(reaper.stats().boosted);
+    code = run_child([&] {
+      CHILD_CHECK(!reaper.stats().boosted);
+      return child_ok;
+    });
+    EXPECT_TRUE(reaper.stats().boosted) << "in the parent";
+  }
+  release.count_down();
+  reaper.flush();
+  EXPECT_EQ(code, child_ok);
+  if (!raised) GTEST_SKIP() << "this process may not raise the worker (no CAP_SYS_NICE)";
+}
+
 TEST_F(ReaperForkTest, ChildMayFreezeAndThaw) {
   auto child_jobs = make_jobs(2);
   job_reaper reaper(counting());

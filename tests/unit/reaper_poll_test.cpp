@@ -334,6 +334,20 @@ TEST(ReaperLazyTest, LoweringTheCapHurriesTheWorkerAndRaisingItDoesNot) {
   EXPECT_EQ(async.worker_stats().hurries, 1u);
 }
 
+// async_teardown's own hurry(): true when it woke the sleeping worker; false once stopped.
+TEST(ReaperLazyTest, AnAsyncTeardownsHurryWakesItsSleepingWorker) {
+  const hang_guard guard(current_test_name());
+  costed queued;
+  queued.cost = 10;
+  lazy_async async(lazy_async_options("lazy_ahurry", 100, 1000));  // a mark no put reaches
+  wait_until_asleep(thread_named("lazy_ahurry"));
+  EXPECT_EQ(async.put(queued), teardown::decision::queued);
+  EXPECT_TRUE(async.hurry()) << "the worker was asleep in an hourly look";
+  ASSERT_TRUE(eventually([&] { return async.stats().reaped == 1; }, kNoLook)) << "hurry did not wake the worker";
+  async.stop();
+  EXPECT_FALSE(async.hurry()) << "there is no worker to wake after stop";
+}
+
 TEST(ReaperLazyTest, BadLazyOptionsAreRefusedNamingTheField) {
   const std::size_t threads_before = live_threads();
   const auto refused = [](reaper_options opts, const char* field) {
