@@ -91,19 +91,23 @@ TEST(DrivenTest, WorkFdIsReadableAfterTheFirstEnqueueAndRunConsumesIt) {
 
 TEST(DrivenTest, BoundedRunLeavesTheRestAndSignalsAgain) {
   driven_reaper reaper(count_runs{}, driven());
-  std::vector<item> all(5);
+  std::vector<item> all(7);
   for (item& x : all) reaper.enqueue(x);
   teardown::drive_result result = reaper.run({.items = 2});
   EXPECT_EQ(result.items, 2u);
   EXPECT_TRUE(result.more);
   EXPECT_TRUE(readable(reaper.work_fd()));
-  EXPECT_EQ(reaper.stats().pending, 3u);
+  EXPECT_EQ(reaper.stats().pending, 5u);
   // A time limit already spent still runs one item.
   result = reaper.run({.time = 0ns});
   EXPECT_EQ(result.items, 1u);
   EXPECT_TRUE(result.more);
   result = reaper.run({.items = 0});
   EXPECT_EQ(result.items, 0u);
+  // A time limit not yet spent lets the items limit end the run.
+  result = reaper.run({.items = 2, .time = std::chrono::hours(1)});
+  EXPECT_EQ(result.items, 2u);
+  EXPECT_TRUE(result.more);
   result = reaper.run();
   EXPECT_EQ(result.items, 2u);
   EXPECT_FALSE(result.more);
