@@ -89,6 +89,17 @@ TEST(DrivenTest, WorkFdIsReadableAfterTheFirstEnqueueAndRunConsumesIt) {
   EXPECT_FALSE(s.running);
 }
 
+// A lower bound, not a timing assertion, as for a worker: the item was enqueued before a 20 ms
+// sleep and run after it, so the recorded wait cannot be shorter.
+TEST(DrivenTest, LongestWaitCoversTheTimeAnItemWaitedForARun) {
+  driven_reaper reaper(count_runs{}, driven());
+  std::vector<item> all(1);
+  reaper.enqueue(all[0]);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(reaper.run().items, 1u);
+  EXPECT_GE(reaper.stats().longest_wait_ns, std::uint64_t{20'000'000});
+}
+
 TEST(DrivenTest, BoundedRunLeavesTheRestAndSignalsAgain) {
   driven_reaper reaper(count_runs{}, driven());
   std::vector<item> all(7);

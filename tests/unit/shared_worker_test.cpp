@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <latch>
 #include <memory>
 #include <stdexcept>
@@ -542,6 +543,49 @@ TEST(SharedWorkerTest, StopForGivesUpAtItsDeadlineWhileAPutIsInFlight) {
   putter.join();
   EXPECT_TRUE(domain.stop_for(std::chrono::seconds(10)));
   EXPECT_EQ(x.destroyed.load(), 1);
+}
+
+// A destroy that stops its own domain (the last item of a subsystem tearing the subsystem
+// down). On a shared worker a put the budget rejects leaves the domain's gate before its inline
+// destroy runs, put and put_chain alike: otherwise the stop waits for the very put that calls it
+// (here until its deadline: stop_for, so that the failure is a false, not a hang).
+struct self_stopping_traits : owned_traits {
+  std::function<void()>* on_destroy = nullptr;
+  void destroy(item& i) const {
+    owned_traits::destroy(i);
+    if (*on_destroy) (*on_destroy)();
+  }
+};
+
+TEST(SharedWorkerTest, ARejectedPutsDestroyMayStopItsOwnDomain) {
+  for (const bool chained : {false, true}) {
+    std::function<void()> on_destroy;
+    self_stopping_traits traits;
+    traits.on_destroy = &on_destroy;
+    async_teardown_options opts;
+    opts.worker = std::make_shared<teardown::shared_worker<item, &item::hook, self_stopping_traits>>();
+    opts.max_pending = 10;  // every item here costs 100: rejected, torn down inline
+    teardown::async_teardown<item, &item::hook, self_stopping_traits> domain(std::move(opts), traits);
+    int stops = 0;
+    bool stopped_in_time = true;
+    on_destroy = [&] {
+      ++stops;
+      stopped_in_time = stopped_in_time && domain.stop_for(std::chrono::seconds(5));
+    };
+    item x;
+    if (chained) {
+      teardown::llist_chain<item, &item::hook> chain;
+      chain.push_back(x);
+      EXPECT_EQ(domain.put_chain(std::move(chain)), decision::inline_rejected);
+    } else {
+      EXPECT_EQ(domain.put(x), decision::inline_rejected);
+    }
+    on_destroy = nullptr;
+    EXPECT_EQ(stops, 1);
+    EXPECT_TRUE(stopped_in_time) << (chained ? "put_chain" : "put")
+                                 << ": the stop waited for the put whose destroy called it";
+    EXPECT_EQ(x.destroyed.load(), 1);
+  }
 }
 
 TEST(SharedWorkerTest, ADrivenSharedWorkerStartsNoThreadAndOneRunServesEverySharer) {
