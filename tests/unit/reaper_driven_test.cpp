@@ -195,8 +195,10 @@ TEST(DrivenTest, FreezeMakesRunDoNothingUntilThaw) {
   (void)reaper.reap_on_caller([&](item&) { ++offered; return false; });
   EXPECT_EQ(offered, 3u);
   EXPECT_FALSE(reaper.flush_for(1ms));  // waits for the thaw, until its deadline
+  EXPECT_EQ(reaper.run().items, 0u);   // still frozen: consumes what the flush signalled
+  EXPECT_FALSE(readable(reaper.work_fd()));
   reaper.thaw();
-  EXPECT_TRUE(readable(reaper.work_fd()));
+  EXPECT_TRUE(readable(reaper.work_fd())) << "the last thaw did not signal the work held back";
   EXPECT_EQ(reaper.run().items, 3u);
   expect_once_each(all);
   EXPECT_THROW(reaper.thaw(), std::logic_error);

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "teardown/allocator_trim.hpp"
+#include "teardown/detail/clock.hpp"
 #include "teardown/reaper.hpp"
 #include "teardown/reaper_pool/workers.hpp"
 #include "teardown/sync.hpp"
@@ -54,27 +55,10 @@ class async_control {
   /// trimmer, the worker also trims what is left once it reaches the trimmer's settle_floor()
   /// before the flush returns; under mimalloc the calling thread then collects
   /// (allocator_trimmer::collect_after_flush).
-  void flush() {
-    if constexpr (!CompiledOut) {
-      flush_settle settle(self());
-      self().on_workers([](auto& workers) { workers.flush(); });
-      if (settle.left_untrimmed()) self().on_workers([](auto& workers) { workers.flush(); });
-      settle.completed();
-    }
-  }
+  void flush() { (void)flush_until(std::chrono::steady_clock::time_point::max()); }
   template <class Rep, class Period>
   bool flush_for(std::chrono::duration<Rep, Period> timeout) {
-    if constexpr (!CompiledOut) {
-      const auto deadline = std::chrono::steady_clock::now() + timeout;
-      flush_settle settle(self());
-      if (!self().on_workers([&](auto& workers) { return workers.flush_for(timeout); })) return false;
-      if (settle.left_untrimmed()) {
-        const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
-        if (!self().on_workers([&](auto& workers) { return workers.flush_for(left); })) return false;
-      }
-      settle.completed();
-    }
-    return true;
+    return flush_until(detail::deadline_after(timeout));
   }
 
   /// Parks the reaper (every worker of a pool) between items; nests. May block. Puts keep
@@ -265,6 +249,29 @@ class async_control {
     bool open_ = false;
     bool completed_ = false;
   };
+
+  // flush() (deadline max: none) and flush_for: one path, so that both settle and collect alike.
+  bool flush_until(std::chrono::steady_clock::time_point deadline) {
+    if constexpr (CompiledOut) {
+      return true;
+    } else {
+      const auto flush_workers = [&] {
+        return self().on_workers([&](auto& workers) {
+          if (deadline == std::chrono::steady_clock::time_point::max()) {
+            workers.flush();
+            return true;
+          }
+          const auto now = std::chrono::steady_clock::now();
+          return workers.flush_for(deadline > now ? deadline - now : std::chrono::steady_clock::duration::zero());
+        });
+      };
+      flush_settle settle(self());
+      if (!flush_workers()) return false;
+      if (settle.left_untrimmed() && !flush_workers()) return false;
+      settle.completed();
+      return true;
+    }
+  }
 
   D& self() noexcept { return static_cast<D&>(*this); }
   const D& self() const noexcept { return static_cast<const D&>(*this); }
