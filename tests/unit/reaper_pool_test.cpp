@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <latch>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -422,6 +423,63 @@ TEST_F(ReaperPoolTest, TheRestOfABatchBehindABlockedItemReachesIdleSiblingsWhile
   EXPECT_EQ(jobs[0].runs.load(), 1);
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
   expect_balanced(pool, jobs.size());
+}
+
+// A thief runs what it steals in the pool's drain order: the older half of the victim's queue,
+// oldest first (oldest_first) or newest first (newest_first). Both workers are held in fn while
+// six items queue on one of them, so the thief's first steal sees all six at once.
+void a_steal_runs_the_older_half_in_run_order(teardown::drain_order order, const std::vector<std::size_t>& first) {
+  auto jobs = make_jobs(8);  // 0 and 1 block; 2..7 are the loot
+  std::latch release_victim(1), release_thief(1);
+  std::atomic<std::size_t> victim{0}, thief{0};
+  std::atomic<bool> victim_started{false}, thief_started{false};
+  std::mutex ran_mutex;
+  std::vector<std::size_t> ran_by_thief;
+  reaper_pool_options opts = pool_options(2);
+  opts.worker.order = order;
+  job_pool pool(
+      [&](job& j) {
+        if (j.id == 0) {
+          victim.store(this_worker_index());
+          victim_started.store(true);
+          release_victim.wait();
+        } else if (j.id == 1) {
+          thief.store(this_worker_index());
+          thief_started.store(true);
+          release_thief.wait();
+        } else if (this_worker_index() == thief.load()) {
+          const std::lock_guard lock(ran_mutex);
+          ran_by_thief.push_back(j.id);
+        }
+        j.runs.fetch_add(1, std::memory_order_relaxed);
+      },
+      opts);
+  pool.enqueue_to(0, jobs[0]);
+  wait_until(victim_started);
+  pool.enqueue_to(1 - victim.load(), jobs[1]);  // the other worker, idle: nothing else to steal
+  wait_until(thief_started);
+  ASSERT_NE(thief.load(), victim.load());
+  for (std::size_t i = 2; i < jobs.size(); ++i) pool.enqueue_to(victim.load(), jobs[i]);
+  release_thief.count_down();  // it finds its own queue empty and robs the victim
+  wait_until_all_ran(jobs, 2);
+  {
+    const std::lock_guard lock(ran_mutex);
+    ASSERT_GE(ran_by_thief.size(), first.size());
+    EXPECT_EQ(std::vector<std::size_t>(ran_by_thief.begin(), ran_by_thief.begin() + first.size()), first)
+        << "the thief's first steal: the older half of items 2..7, in the pool's run order";
+  }
+  release_victim.count_down();
+  pool.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  expect_balanced(pool, jobs.size());
+}
+
+TEST_F(ReaperPoolTest, AThiefRunsTheOlderHalfOfAQueueOldestFirst) {
+  a_steal_runs_the_older_half_in_run_order(teardown::drain_order::oldest_first, {2, 3, 4});
+}
+
+TEST_F(ReaperPoolTest, AThiefRunsTheOlderHalfOfAQueueNewestFirst) {
+  a_steal_runs_the_older_half_in_run_order(teardown::drain_order::newest_first, {4, 3, 2});
 }
 
 // The sibling is asleep with nothing to watch when a worker takes a batch (one chain) whose
