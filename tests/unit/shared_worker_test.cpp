@@ -26,6 +26,7 @@
 #include "teardown/async_teardown.hpp"
 #include "teardown/deferred.hpp"
 #include "teardown/trace.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -585,6 +586,48 @@ TEST(SharedWorkerTest, ARejectedPutsDestroyMayStopItsOwnDomain) {
     EXPECT_TRUE(stopped_in_time) << (chained ? "put_chain" : "put")
                                  << ": the stop waited for the put whose destroy called it";
     EXPECT_EQ(x.destroyed.load(), 1);
+  }
+}
+
+// The same for a put turned away because the worker stalls (it entered the gate before it asked):
+// its destroy thaws the frozen worker and stops the domain, which waits for the queued item.
+TEST(SharedWorkerTest, AStalledPutsDestroyMayStopItsOwnDomain) {
+  for (const bool chained : {false, true}) {
+    using stopping_worker = teardown::shared_worker<item, &item::hook, self_stopping_traits>;
+    std::function<void()> on_destroy;
+    self_stopping_traits traits;
+    traits.on_destroy = &on_destroy;
+    stopping_worker::options_type quick = stopping_worker::default_options();
+    quick.stall_threshold = std::chrono::milliseconds(1);
+    async_teardown_options opts;
+    opts.worker = std::make_shared<stopping_worker>(std::move(quick));
+    teardown::async_teardown<item, &item::hook, self_stopping_traits> domain(std::move(opts), traits);
+    const std::thread::id caller = std::this_thread::get_id();
+    int stops = 0;
+    bool stopped_in_time = true;
+    on_destroy = [&] {
+      if (std::this_thread::get_id() != caller) return;  // the queued item, on the worker
+      ++stops;
+      domain.thaw();
+      stopped_in_time = stopped_in_time && domain.stop_for(std::chrono::seconds(5));
+    };
+    domain.freeze();
+    item queued, x;
+    ASSERT_EQ(domain.put(queued), decision::queued);
+    ASSERT_TRUE(teardown_test::eventually([&] { return domain.stalled(); }));  // past the 1 ms threshold
+    if (chained) {
+      teardown::llist_chain<item, &item::hook> chain;
+      chain.push_back(x);
+      EXPECT_EQ(domain.put_chain(std::move(chain)), decision::inline_stalled);
+    } else {
+      EXPECT_EQ(domain.put(x), decision::inline_stalled);
+    }
+    EXPECT_EQ(stops, 1);
+    EXPECT_TRUE(stopped_in_time) << (chained ? "put_chain" : "put")
+                                 << ": the stop waited for the put whose destroy called it";
+    EXPECT_EQ(queued.destroyed.load(), 1);
+    EXPECT_EQ(x.destroyed.load(), 1);
+    on_destroy = nullptr;
   }
 }
 
