@@ -3,6 +3,7 @@
 // their meaning.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,8 @@
 #include "teardown/async_teardown.hpp"
 #include "teardown/deferred.hpp"
 #include "teardown/reaper.hpp"
+#include "reaper_test_support.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -221,6 +224,50 @@ TEST(DrivenTest, StopTearsDownEverythingOnceAndLaterEnqueuesRunInline) {
   EXPECT_EQ(s.reaped, 7u);
   EXPECT_EQ(s.inline_reaped, 1u);
   EXPECT_FALSE(s.running);
+}
+
+// A stop waits for a producer whose teardown after an earlier stop still runs (in a hand, on the
+// producer). It waits without the drive lock, so a run() meanwhile returns, with nothing to do.
+TEST(DrivenTest, AStopWaitingForAProducersTeardownLeavesTheDriveLockFree) {
+  std::atomic<bool> started{false};
+  std::atomic<bool> go{false};
+  using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
+  fn_reaper reaper(
+      [&](item& x) {
+        started.store(true);
+        while (!go.load()) std::this_thread::sleep_for(1ms);
+        x.runs.fetch_add(1);
+      },
+      driven());
+  reaper.stop();
+  item late;
+  std::thread producer([&] {
+    teardown::llist_chain<item, &item::node> chain;
+    chain.push_back(late);
+    reaper.enqueue_chain(std::move(chain));  // torn down here, inside a hand, and it blocks
+  });
+  ASSERT_TRUE(teardown_test::eventually([&] { return started.load(); }));
+  std::atomic<pid_t> stopper_tid{0};
+  std::thread stopper([&] {
+    stopper_tid.store(static_cast<pid_t>(::syscall(SYS_gettid)));
+    reaper.stop();
+  });
+  ASSERT_TRUE(teardown_test::eventually([&] { return stopper_tid.load() != 0; }));
+  teardown_test::reaper_support::wait_until_asleep(stopper_tid.load());  // in stop, waiting for the producer's hand
+  std::atomic<bool> ran{false};
+  std::thread runner([&] {
+    EXPECT_EQ(reaper.run().items, 0u);
+    ran.store(true);
+  });
+  // A bound far beyond a right answer (which needs nothing from the producer).
+  EXPECT_TRUE(teardown_test::eventually([&] { return ran.load(); }, 10s))
+      << "run() waited for a stop that waits for a producer's teardown";
+  go.store(true);
+  producer.join();
+  stopper.join();
+  runner.join();
+  EXPECT_EQ(late.runs.load(), 1);
+  EXPECT_EQ(reaper.stats().inline_reaped, 1u);
 }
 
 TEST(DrivenTest, ThreadOnlyOptionsAreRefusedNamingTheField) {
