@@ -9,6 +9,8 @@
 // Nothing here asserts a time. A sleep is only ever a chance for a wrong implementation to
 // misbehave; a hang shows as an abort from the per-test hang_guard naming the test.
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -183,6 +185,39 @@ TEST_F(ReaperDrainTest, WorkerFrozenMidBatchHandsTheRestBackAndTheDrainReachesIt
     return true;
   });
   EXPECT_EQ(offered, (std::vector<std::size_t>{1, 2, 3, 4, 5})) << "the rest of the frozen batch, oldest first";
+  EXPECT_EQ(torn_down, 5u);
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size()) << "all torn down while the worker stayed frozen";
+  reaper.thaw();
+  reaper.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
+// The same under newest_first: the handed-back rest keeps its ages (the worker ran it newest
+// first), so the drain is still offered it oldest first.
+TEST_F(ReaperDrainTest, WorkerFrozenMidBatchHandsTheRestBackUnderNewestFirstToo) {
+  auto jobs = make_jobs(6);
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  job_reaper reaper(first_item_blocks(release, started), {.order = teardown::drain_order::newest_first});
+  reaper.freeze();
+  for (std::size_t i = jobs.size(); i-- > 0;) reaper.enqueue(jobs[i]);  // job 0 is the newest: it runs first
+  reaper.thaw();
+  wait_until(started);  // the worker holds 0..5 and is stuck on 0
+  std::atomic<pid_t> freezer_tid{0};
+  std::thread freezer([&] {
+    freezer_tid.store(static_cast<pid_t>(::syscall(SYS_gettid)));
+    reaper.freeze();
+  });
+  while (freezer_tid.load() == 0) std::this_thread::sleep_for(1ms);
+  wait_until_asleep(freezer_tid.load());  // in freeze(), waiting for item 0 to end
+  release.count_down();
+  freezer.join();  // parked after item 0
+  std::vector<std::size_t> offered;
+  const std::size_t torn_down = reaper.reap_on_caller([&](job& j) {
+    offered.push_back(j.id);
+    return true;
+  });
+  EXPECT_EQ(offered, (std::vector<std::size_t>{5, 4, 3, 2, 1})) << "the rest of the frozen batch, oldest first";
   EXPECT_EQ(torn_down, 5u);
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size()) << "all torn down while the worker stayed frozen";
   reaper.thaw();
