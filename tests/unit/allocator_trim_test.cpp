@@ -28,6 +28,7 @@
 #include "teardown/async_teardown.hpp"
 #include "teardown/deferred.hpp"
 
+#include "reaper_test_support.hpp"
 #include "test_support.hpp"
 
 namespace teardown_test {
@@ -339,6 +340,59 @@ TEST_F(AllocatorTrimTest, WhatADrainFreedIsTrimmedOnTheIdleWorker) {
   domain.thaw();
   ASSERT_TRUE(trim_recorder::wait_for(1)) << "the idle worker never trimmed what the drain freed";
   EXPECT_NE(trim_recorder::calls().front(), current_tid());
+}
+
+// A trim that pauses, the first time it is called, until the test has done what it wanted done
+// between the worker's batch-end trim and the flush's return.
+struct pausing_trim {
+  static inline test_gate* entered = nullptr;
+  static inline test_gate* resume = nullptr;
+  static inline std::atomic<int> calls{0};
+  static int trim(std::size_t pad) {
+    const int done = trim_recorder::trim(pad);
+    if (calls.fetch_add(1) == 0) {
+      entered->open();
+      resume->wait();
+    }
+    return done;
+  }
+};
+
+// Memory freed inline on another thread while the worker trims for a flush (after the trim took
+// its count) is still due when the flush's pass completes: the flush asks for one more batch end
+// and returns, true, only after that trim too.
+TEST_F(AllocatorTrimTest, AFlushWaitsForATrimOfWhatWasFreedInlineDuringItsSettle) {
+  test_gate entered;
+  test_gate resume;
+  pausing_trim::entered = &entered;
+  pausing_trim::resume = &resume;
+  pausing_trim::calls.store(0);
+  teardown::async_teardown_options opts = costed_options("trim_settle", 50);
+  opts.trim.trim = &pausing_trim::trim;
+  opts.threshold = 100;  // a: queued; c: torn down inline, its 60 counted for the worker to trim
+  costed_domain domain(std::move(opts));
+  costed_item a(100);
+  costed_item c(60);
+  domain.freeze();
+  ASSERT_EQ(domain.put(a), teardown::decision::queued);
+  std::atomic<bool> flushed_in_time{false};
+  std::atomic<std::size_t> trims_at_return{0};
+  std::atomic<pid_t> flusher_tid{0};
+  std::thread flusher([&] {
+    flusher_tid.store(current_tid());
+    flushed_in_time.store(domain.flush_for(30s));
+    trims_at_return.store(trim_recorder::calls().size());
+  });
+  while (flusher_tid.load() == 0) std::this_thread::sleep_for(1ms);
+  reaper_support::wait_until_asleep(flusher_tid.load());  // in the flush, behind the freeze
+  domain.thaw();  // the worker reaps a and, at its batch end, trims (and pauses in the trim)
+  entered.wait();
+  EXPECT_EQ(domain.put(c), teardown::decision::inline_ineligible);
+  resume.open();
+  flusher.join();
+  EXPECT_TRUE(flushed_in_time.load()) << "everything queued was torn down; the flush gave up instead";
+  EXPECT_EQ(trims_at_return.load(), 2u) << "the flush returned before the worker trimmed what c freed";
+  for (const pid_t caller : trim_recorder::calls()) EXPECT_NE(caller, current_tid());
 }
 
 // The same over a pool: the request reaches a worker of the pool.
