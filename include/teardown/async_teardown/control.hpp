@@ -76,18 +76,7 @@ class async_control {
 
   /// Tears down everything queued and joins the reaper (every worker); afterwards put tears
   /// down inline (decision::inline_stopped). Idempotent. May block, without limit.
-  void stop() {
-    if constexpr (!CompiledOut) {
-      self().stopped_.store(true, std::memory_order_relaxed);
-      if (self().shared()) {
-        // Never stops the shared worker: no put of ours enqueues any more, then ours are done.
-        (void)self().gate_.close(/*wait=*/!self().forked());
-        self().on_workers([](auto& workers) { workers.flush(); });
-      } else {
-        self().reaper_->stop();
-      }
-    }
-  }
+  void stop() { (void)stop_until(std::chrono::steady_clock::time_point::max()); }
 
   /// stop() that waits at most `timeout`: true iff everything queued was torn down and the
   /// worker(s) joined in time. Either way put tears down inline from now on (inline_stopped).
@@ -96,21 +85,7 @@ class async_control {
   /// waits for them again. Nothing is lost or torn down twice.
   template <class Rep, class Period>
   bool stop_for(std::chrono::duration<Rep, Period> timeout) {
-    if constexpr (CompiledOut) {
-      return true;
-    } else {
-      self().stopped_.store(true, std::memory_order_relaxed);
-      if (self().shared()) {
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
-        const std::int64_t limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
-        const std::uint64_t deadline_ns =
-            std_sync::now_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, limit_ns));
-        if (!self().gate_.close(/*wait=*/!self().forked(), deadline_ns)) return false;
-        const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
-        return self().on_workers([&](auto& workers) { return workers.flush_for(left); });
-      }
-      return self().reaper_->stop_for(timeout);
-    }
+    return stop_until(detail::deadline_after(timeout));
   }
 
   /// True when called from this composition's own callback: Traits::destroy on its worker, or
@@ -180,17 +155,12 @@ class async_control {
     if constexpr (CompiledOut) {
       return true;
     } else {
+      const auto deadline = detail::deadline_after(limit);
       self().stopped_.store(true, std::memory_order_relaxed);
-      if (limit == std::chrono::nanoseconds::max()) {
-        (void)self().gate_.close(!self().forked());
-        self().on_workers([](auto& workers) { workers.stop(); });
-        return true;
-      }
-      const auto deadline = std::chrono::steady_clock::now() + limit;
-      const std::uint64_t deadline_ns = std_sync::now_ns() + static_cast<std::uint64_t>(limit.count());
-      if (!self().gate_.close(!self().forked(), deadline_ns)) return false;
-      const auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
-      return self().on_workers([&](auto& workers) { return workers.stop_for(left); });
+      if (!close_gate_until(deadline)) return false;
+      return on_workers_until(
+          deadline, [](auto& workers) { workers.stop(); },
+          [](auto& workers, auto left) { return workers.stop_for(left); });
     }
   }
 
@@ -256,14 +226,9 @@ class async_control {
       return true;
     } else {
       const auto flush_workers = [&] {
-        return self().on_workers([&](auto& workers) {
-          if (deadline == std::chrono::steady_clock::time_point::max()) {
-            workers.flush();
-            return true;
-          }
-          const auto now = std::chrono::steady_clock::now();
-          return workers.flush_for(deadline > now ? deadline - now : std::chrono::steady_clock::duration::zero());
-        });
+        return on_workers_until(
+            deadline, [](auto& workers) { workers.flush(); },
+            [](auto& workers, auto left) { return workers.flush_for(left); });
       };
       flush_settle settle(self());
       if (!flush_workers()) return false;
@@ -271,6 +236,53 @@ class async_control {
       settle.completed();
       return true;
     }
+  }
+
+  // stop() (deadline max: none) and stop_for: one path.
+  bool stop_until(std::chrono::steady_clock::time_point deadline) {
+    if constexpr (CompiledOut) {
+      return true;
+    } else {
+      self().stopped_.store(true, std::memory_order_relaxed);
+      if (!self().shared()) {
+        return on_workers_until(
+            deadline, [](auto& workers) { workers.stop(); },
+            [](auto& workers, auto left) { return workers.stop_for(left); });
+      }
+      // Never stops the shared worker: no put of ours enqueues any more, then ours are done.
+      if (!close_gate_until(deadline)) return false;
+      return on_workers_until(
+          deadline, [](auto& workers) { workers.flush(); },
+          [](auto& workers, auto left) { return workers.flush_for(left); });
+    }
+  }
+
+  // untimed(workers) without a deadline; otherwise timed(workers, what is left of it), its answer.
+  template <class Untimed, class Timed>
+  bool on_workers_until(std::chrono::steady_clock::time_point deadline, Untimed untimed, Timed timed) {
+    return self().on_workers([&](auto& workers) {
+      if (deadline == std::chrono::steady_clock::time_point::max()) {
+        untimed(workers);
+        return true;
+      }
+      return static_cast<bool>(timed(workers, left_until(deadline)));
+    });
+  }
+
+  static std::chrono::steady_clock::duration left_until(std::chrono::steady_clock::time_point deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    return deadline > now ? deadline - now : std::chrono::steady_clock::duration::zero();
+  }
+
+  // Closes the gate to new puts (a shared worker's sharers; unused otherwise) and waits, until
+  // the deadline, for the puts it had admitted. Not in a fork child: their threads are not there.
+  bool close_gate_until(std::chrono::steady_clock::time_point deadline) {
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      (void)self().gate_.close(/*wait=*/!self().forked());
+      return true;
+    }
+    const auto left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left_until(deadline)).count();
+    return self().gate_.close(/*wait=*/!self().forked(), std_sync::now_ns() + static_cast<std::uint64_t>(left_ns));
   }
 
   D& self() noexcept { return static_cast<D&>(*this); }
