@@ -1066,6 +1066,46 @@ TEST_F(TraceHookStressTest, ARemovedHookIsNeverCalledAfterRemoveHookReturns) {
   EXPECT_GT(removable_calls.load(), 0u);
 }
 
+// Each call returns only once a later call has begun (or the test says stop): two emitters in it
+// keep at least one emit in flight at every moment, without a gap.
+struct overlapping_hook {
+  static inline std::atomic<std::uint64_t> entries{0};
+  static inline std::atomic<bool> stop{false};
+  static void hook(const reap_event& /*event*/) {
+    const std::uint64_t mine = entries.fetch_add(1) + 1;
+    while (entries.load() <= mine && !stop.load()) std::this_thread::yield();
+  }
+};
+void another_reap_hook(const reap_event& /*event*/) {}
+
+// A remover waits for the emits in flight without waiting for the ones that begin meanwhile: it
+// returns while emitters keep an emit in flight at every moment. (Were every emit counted on one
+// side, that count would never read 0.)
+TEST_F(TraceHookStressTest, RemoveHookReturnsWhileEmitsOverlapWithoutAGap) {
+  overlapping_hook::entries.store(0);
+  overlapping_hook::stop.store(false);
+  trace::add_hook<reap_event>(&overlapping_hook::hook);
+  trace::add_hook<reap_event>(&another_reap_hook);
+  std::vector<std::thread> emitters;
+  for (int index = 0; index < 2; ++index) {
+    emitters.emplace_back([] {
+      while (!overlapping_hook::stop.load()) trace::reap(1, 2, 3, 4, 5);
+    });
+  }
+  while (overlapping_hook::entries.load() < 100) std::this_thread::yield();  // overlapping by now
+  std::atomic<bool> removed{false};
+  std::thread remover([&removed] {
+    EXPECT_TRUE(trace::remove_hook<reap_event>(&another_reap_hook));
+    removed.store(true);
+  });
+  // A bound far beyond a right answer: the remover needs each side to drain once.
+  const bool returned = eventually([&removed] { return removed.load(); }, std::chrono::seconds(20));
+  overlapping_hook::stop.store(true);  // lets a failing remover end
+  remover.join();
+  for (auto& emitter : emitters) emitter.join();
+  EXPECT_TRUE(returned) << "remove_hook waited for emits that began after it";
+}
+
 // Counts its calls, and nothing else: cheap enough for emitters that never stop.
 template <int Tag>
 struct queue_counter {
