@@ -166,41 +166,16 @@ TEST_F(ReaperDrainTest, ItemsTheWorkerAlreadyHoldsAreNotOffered) {
 }
 
 // A freeze lands while the worker is in the middle of a batch: it hands the rest back, so a
-// drain while frozen is offered every item not started yet, the handed-back ones first (they
-// are older than those queued meanwhile), and nothing is left behind the freeze.
-TEST_F(ReaperDrainTest, WorkerFrozenMidBatchHandsTheRestBackAndTheDrainReachesIt) {
+// drain while frozen is offered every item not started yet, oldest first (in either drain order:
+// the rest keeps its ages), and nothing is left behind the freeze. Job 0 runs first and blocks.
+void frozen_mid_batch_hands_the_rest_back(teardown::drain_order order) {
   auto jobs = make_jobs(6);
   std::latch release(1);
   std::atomic<bool> started{false};
-  job_reaper reaper(first_item_blocks(release, started));
-  enqueue_as_one_batch(reaper, jobs);
-  wait_until(started);  // the worker holds 0..5 and is stuck on 0
-  std::thread freezer([&] { reaper.freeze(); });
-  std::this_thread::sleep_for(20ms);  // lets the freeze request arrive while item 0 runs
-  release.count_down();
-  freezer.join();  // parked after item 0
-  std::vector<std::size_t> offered;
-  const std::size_t torn_down = reaper.reap_on_caller([&](job& j) {
-    offered.push_back(j.id);
-    return true;
-  });
-  EXPECT_EQ(offered, (std::vector<std::size_t>{1, 2, 3, 4, 5})) << "the rest of the frozen batch, oldest first";
-  EXPECT_EQ(torn_down, 5u);
-  EXPECT_EQ(ran_exactly_once(jobs), jobs.size()) << "all torn down while the worker stayed frozen";
-  reaper.thaw();
-  reaper.flush();
-  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
-}
-
-// The same under newest_first: the handed-back rest keeps its ages (the worker ran it newest
-// first), so the drain is still offered it oldest first.
-TEST_F(ReaperDrainTest, WorkerFrozenMidBatchHandsTheRestBackUnderNewestFirstToo) {
-  auto jobs = make_jobs(6);
-  std::latch release(1);
-  std::atomic<bool> started{false};
-  job_reaper reaper(first_item_blocks(release, started), {.order = teardown::drain_order::newest_first});
-  reaper.freeze();
-  for (std::size_t i = jobs.size(); i-- > 0;) reaper.enqueue(jobs[i]);  // job 0 is the newest: it runs first
+  job_reaper reaper(first_item_blocks(release, started), {.order = order});
+  const bool oldest_first = order == teardown::drain_order::oldest_first;
+  reaper.freeze();  // one batch
+  for (std::size_t i = 0; i < jobs.size(); ++i) reaper.enqueue(jobs[oldest_first ? i : jobs.size() - 1 - i]);
   reaper.thaw();
   wait_until(started);  // the worker holds 0..5 and is stuck on 0
   std::atomic<pid_t> freezer_tid{0};
@@ -217,12 +192,22 @@ TEST_F(ReaperDrainTest, WorkerFrozenMidBatchHandsTheRestBackUnderNewestFirstToo)
     offered.push_back(j.id);
     return true;
   });
-  EXPECT_EQ(offered, (std::vector<std::size_t>{5, 4, 3, 2, 1})) << "the rest of the frozen batch, oldest first";
+  const std::vector<std::size_t> oldest_first_rest =
+      oldest_first ? std::vector<std::size_t>{1, 2, 3, 4, 5} : std::vector<std::size_t>{5, 4, 3, 2, 1};
+  EXPECT_EQ(offered, oldest_first_rest) << "the rest of the frozen batch, oldest first";
   EXPECT_EQ(torn_down, 5u);
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size()) << "all torn down while the worker stayed frozen";
   reaper.thaw();
   reaper.flush();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
+TEST_F(ReaperDrainTest, WorkerFrozenMidBatchHandsTheRestBackAndTheDrainReachesIt) {
+  frozen_mid_batch_hands_the_rest_back(teardown::drain_order::oldest_first);
+}
+
+TEST_F(ReaperDrainTest, WorkerFrozenMidBatchHandsTheRestBackUnderNewestFirstToo) {
+  frozen_mid_batch_hands_the_rest_back(teardown::drain_order::newest_first);
 }
 
 // The handed-back rest keeps its place under items queued while the worker was busy, and the

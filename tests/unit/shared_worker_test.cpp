@@ -558,6 +558,15 @@ struct self_stopping_traits : owned_traits {
   }
 };
 
+// put(x), or put_chain of a chain of x alone.
+template <class Domain>
+decision put_alone(Domain& domain, item& x, bool chained) {
+  if (!chained) return domain.put(x);
+  teardown::llist_chain<item, &item::hook> chain;
+  chain.push_back(x);
+  return domain.put_chain(std::move(chain));
+}
+
 TEST(SharedWorkerTest, ARejectedPutsDestroyMayStopItsOwnDomain) {
   for (const bool chained : {false, true}) {
     std::function<void()> on_destroy;
@@ -574,13 +583,7 @@ TEST(SharedWorkerTest, ARejectedPutsDestroyMayStopItsOwnDomain) {
       stopped_in_time = stopped_in_time && domain.stop_for(std::chrono::seconds(5));
     };
     item x;
-    if (chained) {
-      teardown::llist_chain<item, &item::hook> chain;
-      chain.push_back(x);
-      EXPECT_EQ(domain.put_chain(std::move(chain)), decision::inline_rejected);
-    } else {
-      EXPECT_EQ(domain.put(x), decision::inline_rejected);
-    }
+    EXPECT_EQ(put_alone(domain, x, chained), decision::inline_rejected);
     on_destroy = nullptr;
     EXPECT_EQ(stops, 1);
     EXPECT_TRUE(stopped_in_time) << (chained ? "put_chain" : "put")
@@ -615,13 +618,7 @@ TEST(SharedWorkerTest, AStalledPutsDestroyMayStopItsOwnDomain) {
     item queued, x;
     ASSERT_EQ(domain.put(queued), decision::queued);
     ASSERT_TRUE(teardown_test::eventually([&] { return domain.stalled(); }));  // past the 1 ms threshold
-    if (chained) {
-      teardown::llist_chain<item, &item::hook> chain;
-      chain.push_back(x);
-      EXPECT_EQ(domain.put_chain(std::move(chain)), decision::inline_stalled);
-    } else {
-      EXPECT_EQ(domain.put(x), decision::inline_stalled);
-    }
+    EXPECT_EQ(put_alone(domain, x, chained), decision::inline_stalled);
     EXPECT_EQ(stops, 1);
     EXPECT_TRUE(stopped_in_time) << (chained ? "put_chain" : "put")
                                  << ": the stop waited for the put whose destroy called it";
