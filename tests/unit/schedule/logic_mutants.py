@@ -90,11 +90,20 @@ def candidates():
 
 
 def run(command, timeout, env=None):
-    try:
-        return subprocess.run(command, cwd=build, timeout=timeout, capture_output=True, env=env,
-                              start_new_session=True).returncode
-    except subprocess.TimeoutExpired:
-        return 'timeout'
+    # A group of its own, killed whole at the timeout: a death test's child (or a hung fork) must
+    # not outlive its program and eat a CPU through the rest of the sample.
+    with subprocess.Popen(command, cwd=build, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True) as process:
+        try:
+            status = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            status = 'timeout'
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # what is left of the group, if anything
+        except ProcessLookupError:
+            pass
+        process.wait()
+        return status
 
 
 def main():
