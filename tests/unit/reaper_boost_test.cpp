@@ -191,6 +191,7 @@ TEST_F(ReaperBoostTest, AStopThatWaitsRaisesTheWorkerForItsFinalDrain) {
   EXPECT_EQ(events[0].reason, "stop");
   EXPECT_EQ(events[0].before, 19);
   EXPECT_EQ(events[0].after, stopper_nice);
+  EXPECT_FALSE(reaper.stats().boosted) << "no worker runs after stop, raised or not";
 }
 
 TEST_F(ReaperBoostTest, BoostAfterZeroNeverRaisesTheWorker) {

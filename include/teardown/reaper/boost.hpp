@@ -43,8 +43,7 @@ inline bool reaper<T, Hook, Fn, Queue>::set_nice(int value) {
     const std::lock_guard lock(nice_mutex_);
     if (opts_.driven || worker_tid_ == 0) {
       nice_ = value;  // applied by the worker at its start; driven: no thread of ours to apply it to
-      nice_set_ = true;
-      boosted_.store(false, std::memory_order_relaxed);  // under nice_mutex_
+      nice_set_ = true;  // nothing is boosted: no worker runs (a driven reaper never has one)
       return !opts_.driven;
     }
     if (setpriority(PRIO_PROCESS, static_cast<id_t>(worker_tid_), value) == 0) {

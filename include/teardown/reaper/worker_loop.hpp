@@ -96,6 +96,7 @@ inline void reaper<T, Hook, Fn, Queue>::worker_main() noexcept {
   {
     const std::lock_guard nice_lock(nice_mutex_);
     worker_tid_ = 0;  // from here the id may be reused: set_nice must not name it
+    boosted_.store(false, std::memory_order_relaxed);  // no worker runs, raised or not
   }
   const std::lock_guard lock(control_mutex_);
   worker_done_ = true;
