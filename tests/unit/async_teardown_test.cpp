@@ -1224,6 +1224,10 @@ TEST_F(AsyncTeardownTest, CompiledOutControlCallsReturnAtOnce) {
   async.freeze();
   EXPECT_THROW(async.thaw(), std::logic_error);
   EXPECT_FALSE(async.stalled());
+  EXPECT_FALSE(async.hurry()) << "no worker to wake";
+  EXPECT_FALSE(async.in_own_callback());
+  EXPECT_EQ(async.worker_count(), 0u);
+  EXPECT_TRUE(async.stop_for(1s));
   async.stop();
 }
 
