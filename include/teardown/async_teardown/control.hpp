@@ -151,17 +151,16 @@ class async_control {
  protected:
   // deferred.hpp's exit path for a domain on the default worker: shut down, then stop the shared
   // worker itself (for every sharer), the whole within `limit` (nanoseconds::max(): none).
-  bool shut_down_with_worker(std::chrono::nanoseconds limit) {
-    if constexpr (CompiledOut) {
-      return true;
-    } else {
-      const auto deadline = detail::deadline_after(limit);
-      self().stopped_.store(true, std::memory_order_relaxed);
-      if (!close_gate_until(deadline)) return false;
-      return on_workers_until(
-          deadline, [](auto& workers) { workers.stop(); },
-          [](auto& workers, auto left) { return workers.stop_for(left); });
-    }
+  // A compiled-out composition has no worker to stop (deferred_domain is never compiled out).
+  bool shut_down_with_worker(std::chrono::nanoseconds limit)
+    requires(!CompiledOut)
+  {
+    const auto deadline = detail::deadline_after(limit);
+    self().stopped_.store(true, std::memory_order_relaxed);
+    if (!close_gate_until(deadline)) return false;
+    return on_workers_until(
+        deadline, [](auto& workers) { workers.stop(); },
+        [](auto& workers, auto left) { return workers.stop_for(left); });
   }
 
   // deferred.hpp's exit path: exit() called from destroy on this composition's own worker. Marks
