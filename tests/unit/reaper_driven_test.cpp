@@ -89,7 +89,10 @@ TEST(DrivenTest, WorkFdIsReadableAfterTheFirstEnqueueAndRunConsumesIt) {
   const teardown::reaper_stats s = reaper.stats();
   EXPECT_EQ(s.reaped, 3u);
   EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.batches, 1u) << "the run took the three in one batch";
   EXPECT_FALSE(s.running);
+  EXPECT_EQ(reaper.run().items, 0u);
+  EXPECT_EQ(reaper.stats().batches, 1u) << "a run that finds nothing takes no batch";
 }
 
 // A lower bound, not a timing assertion, as for a worker: the item was enqueued before a 20 ms
