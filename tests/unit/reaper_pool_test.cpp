@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -480,6 +481,58 @@ TEST_F(ReaperPoolTest, AThiefRunsTheOlderHalfOfAQueueOldestFirst) {
 
 TEST_F(ReaperPoolTest, AThiefRunsTheOlderHalfOfAQueueNewestFirst) {
   a_steal_runs_the_older_half_in_run_order(teardown::drain_order::newest_first, {4, 3, 2});
+}
+
+// A thief robs the queue whose backlog started first, wherever it comes in the thief's scan.
+// Three workers are held in fn (jobs 0..2); two of them get a backlog, the older one on the
+// worker the thief looks at last; then the third is let go.
+TEST_F(ReaperPoolTest, AThiefRobsTheQueueWhoseBacklogIsOldest) {
+  auto jobs = make_jobs(3 + 4);  // 0..2 block; 3, 4: the older backlog; 5, 6: the newer
+  std::latch release(1);
+  std::latch release_thief(1);
+  std::array<std::atomic<std::size_t>, 3> held_on{};
+  std::array<std::atomic<bool>, 3> started{};
+  std::atomic<std::size_t> first_stolen{0};
+  job_pool pool(
+      [&](job& j) {
+        if (j.id < 3) {
+          held_on[j.id].store(this_worker_index());
+          started[j.id].store(true);
+          (j.id == 2 ? release_thief : release).wait();
+        } else {
+          std::size_t none = 0;
+          (void)first_stolen.compare_exchange_strong(none, j.id);
+        }
+        j.runs.fetch_add(1, std::memory_order_relaxed);
+      },
+      pool_options(3));
+  // Each blocking job goes to a worker not yet held (a sibling may take it, if idle: then that
+  // one is held instead), so the three end up on three workers.
+  std::set<std::size_t> held;
+  for (std::size_t i = 0; i < 3; ++i) {
+    std::size_t free_worker = 0;
+    while (held.count(free_worker) != 0) ++free_worker;
+    pool.enqueue_to(free_worker, jobs[i]);
+    wait_until(started[i]);
+    held.insert(held_on[i].load());
+  }
+  ASSERT_EQ(held.size(), 3u);
+  const std::size_t thief = held_on[2].load();
+  const std::size_t looked_at_first = (thief + 1) % 3;
+  const std::size_t looked_at_last = (thief + 2) % 3;
+  pool.enqueue_to(looked_at_last, jobs[3]);  // the older backlog
+  pool.enqueue_to(looked_at_last, jobs[4]);
+  std::this_thread::sleep_for(2ms);  // so that the two backlogs' start times differ
+  pool.enqueue_to(looked_at_first, jobs[5]);
+  pool.enqueue_to(looked_at_first, jobs[6]);
+  release_thief.count_down();
+  while (first_stolen.load() == 0) std::this_thread::sleep_for(50us);
+  EXPECT_TRUE(first_stolen.load() == 3 || first_stolen.load() == 4)
+      << "the thief first ran job " << first_stolen.load() << ", of the newer backlog";
+  release.count_down();
+  pool.flush();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+  expect_balanced(pool, jobs.size());
 }
 
 // The sibling is asleep with nothing to watch when a worker takes a batch (one chain) whose
