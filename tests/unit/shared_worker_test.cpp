@@ -526,15 +526,19 @@ struct stalling_prepare_traits : owned_traits {
 
 // stop_for of a domain on a shared worker closes the domain's gate and waits for its puts in
 // flight: one still in flight at the deadline makes it false. That put is queued once it goes
-// on, and the next stop_for tears it down: nothing lost.
-TEST(SharedWorkerTest, StopForGivesUpAtItsDeadlineWhileAPutIsInFlight) {
+// on, and the next stop_for tears it down: nothing lost. On a driven worker nothing else can
+// make the first stop_for false (its flush of an empty queue is done on the caller, at once).
+void stop_for_gives_up_while_a_put_is_in_flight(bool driven) {
+  using stalling_worker = teardown::shared_worker<item, &item::hook, stalling_prepare_traits>;
   std::atomic<bool> in_prepare{false};
   std::latch release(1);
   stalling_prepare_traits traits;
   traits.in_prepare = &in_prepare;
   traits.release = &release;
+  stalling_worker::options_type worker_options = stalling_worker::default_options();
+  worker_options.driven = driven;
   async_teardown_options opts;
-  opts.worker = std::make_shared<teardown::shared_worker<item, &item::hook, stalling_prepare_traits>>();
+  opts.worker = std::make_shared<stalling_worker>(std::move(worker_options));
   teardown::async_teardown<item, &item::hook, stalling_prepare_traits> domain(std::move(opts), traits);
   item x;
   std::thread putter([&] { EXPECT_EQ(domain.put(x), decision::queued); });
@@ -544,6 +548,14 @@ TEST(SharedWorkerTest, StopForGivesUpAtItsDeadlineWhileAPutIsInFlight) {
   putter.join();
   EXPECT_TRUE(domain.stop_for(std::chrono::seconds(10)));
   EXPECT_EQ(x.destroyed.load(), 1);
+}
+
+TEST(SharedWorkerTest, StopForGivesUpAtItsDeadlineWhileAPutIsInFlight) {
+  stop_for_gives_up_while_a_put_is_in_flight(/*driven=*/false);
+}
+
+TEST(SharedWorkerTest, StopForGivesUpAtItsDeadlineWhileAPutIsInFlightOnADrivenWorker) {
+  stop_for_gives_up_while_a_put_is_in_flight(/*driven=*/true);
 }
 
 // A destroy that stops its own domain (the last item of a subsystem tearing the subsystem
