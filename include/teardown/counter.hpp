@@ -16,6 +16,8 @@
 //              indexes"). It cannot fail: under memory exhaustion it counts like any other add.
 //   read()     any thread; also a signal handler. Wait-free: walks the shards with relaxed loads.
 //   construct  may allocate (std::bad_alloc); not async-signal-safe.
+//   The signal-safety above holds for the library's atomics (std_atomics, ao_atomics); with a
+//   Sync policy's atomics (a schedule test's) a handler may not call add or read.
 //
 // Shard indexes. A thread takes the lowest slot no live thread holds in a table of 4096
 // (detail::shard_index_registry::slots, one bit each, taken with a CAS) on its first add, and

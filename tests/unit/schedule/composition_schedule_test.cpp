@@ -97,19 +97,17 @@ TEST(CompositionScheduleTest, StopWaitsForAnInlineDrainOfPutBackItems) {
       sched::atomic<std::uint32_t> go{0};
       sched::thread caller([&] {
         (void)reaper.reap_on_caller([&](item&) {
-          held.store(1, std::memory_order_relaxed);
-          sched::sync::futex_wake_one(held);
-          while (go.load(std::memory_order_relaxed) == 0) sched::sync::futex_wait(go, 0);
+          set_and_wake(held);
+          wait_until_set(go);
           return false;
         });
       });
-      while (held.load(std::memory_order_relaxed) == 0) sched::sync::futex_wait(held, 0);
+      wait_until_set(held);
       sched::thread producer([&] {
         while (reaper.stats().running) sched::sync::yield();  // the worker has published its end
         publish_and_enqueue(reaper, all[2]);  // finds the reaper stopped: tears down inline, and drains
       });
-      go.store(1, std::memory_order_relaxed);
-      sched::sync::futex_wake_one(go);
+      set_and_wake(go);
       reaper.stop();
       // Items 0 and 1, enqueued before stop: torn down once, and before stop returned.
       expect_once_each(all, "when stop returned", 0, 2);
@@ -359,9 +357,8 @@ struct exit_traits : piece_traits {
     if (x.id != 0) return;
     sched::check(shut_down_here(),
                  "shut_down_on_own_worker refused on the worker");
-    exit_done.store(1, std::memory_order_release);
-    sched::sync::futex_wake_one(exit_done);
-    while (exit_may_return.load(std::memory_order_acquire) == 0) sched::sync::futex_wait(exit_may_return, 0);
+    set_and_wake(exit_done, std::memory_order_release);
+    wait_until_set(exit_may_return, std::memory_order_acquire);
   }
 };
 // The exit path's entry, which deferred_domain reaches as async_teardown's friend.
@@ -391,15 +388,14 @@ TEST(CompositionScheduleTest, AShutdownOnTheWorkerTearsDownWhatProducersPutBesid
         put(2);
       });
       put(0);
-      while (exit_done.load(std::memory_order_acquire) == 0) sched::sync::futex_wait(exit_done, 0);
+      wait_until_set(exit_done, std::memory_order_acquire);
       producer.join();
       for (const piece& x : all) {
         sched::check(x.runs.load(std::memory_order_relaxed) == 1,
                      "piece " + std::to_string(x.id) + " destroyed " + std::to_string(x.runs.load()) +
                          " times once the worker shut itself down and its put returned");
       }
-      exit_may_return.store(1, std::memory_order_release);
-      sched::sync::futex_wake_one(exit_may_return);
+      set_and_wake(exit_may_return, std::memory_order_release);
     }
     for (const piece& x : all) {
       sched::check(x.runs.load(std::memory_order_relaxed) == 1,

@@ -32,9 +32,7 @@ using namespace std::chrono_literals;
 struct held_first {
   sched::atomic<std::uint32_t>* go;
   void operator()(item& x) const noexcept {
-    if (x.id == 0) {
-      for (std::uint32_t seen; (seen = go->load(std::memory_order_relaxed)) == 0;) sched::sync::futex_wait(*go, seen);
-    }
+    if (x.id == 0) wait_until_set(*go);
     sched::sync::yield();
     x.runs.fetch_add(1, std::memory_order_relaxed);
   }
@@ -71,8 +69,7 @@ TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTw
     sched::thread caller([&] { (void)reaper.reap_on_caller([](item& x) { return x.id % 2 == 1; }); });
     // The worker stays in item 0 until every waiter has waited a few boost_afters.
     sched::sync::sleep_for(std::chrono::milliseconds(5));
-    go.store(1, std::memory_order_relaxed);
-    sched::sync::futex_wake_one(go);  // the worker, the only waiter
+    set_and_wake(go);  // the worker, the only waiter
     first.join();
     second.join();
     producer.join();
@@ -112,8 +109,7 @@ TEST(HelpScheduleTest, AShareInAHelpersHandsKeepsTheOtherFlushWaiting) {
     sched::thread first(flusher);
     sched::thread second(flusher);
     sched::sync::sleep_for(std::chrono::milliseconds(3));
-    go.store(1, std::memory_order_relaxed);
-    sched::sync::futex_wake_one(go);  // the worker, the only waiter
+    set_and_wake(go);  // the worker, the only waiter
     first.join();
     second.join();
     reaper.stop();

@@ -111,13 +111,12 @@ TEST(ScheduleTest, WakeSleepExhaustivelyWithinTwoPreemptions) {
           sched::atomic<std::uint32_t>* reaped;
           void operator()(item& it) const noexcept {
             it.runs.fetch_add(1, std::memory_order_relaxed);
-            reaped->store(1, std::memory_order_relaxed);
-            sched::sync::futex_wake_one(*reaped);
+            set_and_wake(*reaped);
           }
         };
         teardown::reaper<item, &item::node, signal_runs, queue> reaper(signal_runs{&reaped}, quiet());
         sched::thread producer([&] { publish_and_enqueue(reaper, x); });
-        while (reaped.load(std::memory_order_relaxed) == 0) sched::sync::futex_wait(reaped, 0);
+        wait_until_set(reaped);
         producer.join();
         sched::check(x.runs.load(std::memory_order_relaxed) == 1, "the item ran other than once");
       });

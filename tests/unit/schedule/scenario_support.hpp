@@ -1,6 +1,8 @@
 // What the schedule tests' scenarios share: the item they tear down, a teardown that yields, the
-// check that each item ran exactly once, and how many schedules a test expects explore to run.
-// Scenario code only: its atomics are the tests' own bookkeeping, not scheduling points.
+// check that each item ran exactly once, a signal from one scenario thread to another, and how
+// many schedules a test expects explore to run.
+// Scenario code only. The item's plain atomics are the tests' own bookkeeping, not scheduling
+// points; a signal's word is a scheduled atomic, each load, store and futex call a point.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -65,6 +67,20 @@ inline void expect_once_each(const std::vector<item>& all, const char* when, std
     check(runs != 1 || ordered_here(all[i].torn_down),
           std::string(when) + ": unordered after item " + std::to_string(all[i].id) + "'s teardown");
   }
+}
+
+// A scenario thread signals another: sets `word` to 1 and wakes one waiter. `order` is the
+// store's: release where the waiter must see what this thread did before.
+inline void set_and_wake(atomic<std::uint32_t>& word, std::memory_order order = std::memory_order_relaxed) {
+  word.store(1, order);
+  sync::futex_wake_one(word);
+}
+
+// And waits for the signal: until `word` reads nonzero, futex-waiting on the value it read (so
+// the scheduler runs the others). `order` is the load's: acquire where the waiter must see what
+// the signaller did before it set the word.
+inline void wait_until_set(atomic<std::uint32_t>& word, std::memory_order order = std::memory_order_relaxed) {
+  for (std::uint32_t seen; (seen = word.load(order)) == 0;) sync::futex_wait(word, seen);
 }
 
 // What explore runs for `asked`: one schedule when replaying, TEARDOWN_SCHEDULES when set, a
