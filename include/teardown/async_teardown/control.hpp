@@ -165,18 +165,16 @@ class async_control {
 
   // deferred.hpp's exit path: exit() called from destroy on this composition's own worker. Marks
   // it shut down and tears down, on this thread, the rest of the worker's batch and everything
-  // queued (one reaper: one_reaper, or a policy derived from it over another Sync); false,
-  // changing nothing, anywhere else.
-  bool shut_down_on_own_worker() noexcept {
-    if constexpr (CompiledOut || !std::is_base_of_v<one_reaper, Workers>) {
-      return false;
-    } else {
-      // A shared worker is stopped for every sharer: this runs only at exit.
-      if (!self().on_workers([](auto& workers) { return detail::stop_on_own_worker(workers); })) return false;
-      self().stopped_.store(true, std::memory_order_relaxed);
-      if (self().shared()) (void)self().gate_.close(/*wait=*/false);  // the worker is stopped: inline
-      return true;
-    }
+  // queued; false, changing nothing, anywhere else. For one reaper only (one_reaper, or a
+  // policy derived from it over another Sync) and never compiled out, as deferred_domain's is.
+  bool shut_down_on_own_worker() noexcept
+    requires(!CompiledOut && std::is_base_of_v<one_reaper, Workers>)
+  {
+    // A shared worker is stopped for every sharer: this runs only at exit.
+    if (!self().on_workers([](auto& workers) { return detail::stop_on_own_worker(workers); })) return false;
+    self().stopped_.store(true, std::memory_order_relaxed);
+    if (self().shared()) (void)self().gate_.close(/*wait=*/false);  // the worker is stopped: inline
+    return true;
   }
 
  private:
