@@ -360,8 +360,9 @@ struct pausing_trim {
 
 // Memory freed inline on another thread while the worker trims for a flush (after the trim took
 // its count) is still due when the flush's pass completes: the flush asks for one more batch end
-// and returns, true, only after that trim too.
-TEST_F(AllocatorTrimTest, AFlushWaitsForATrimOfWhatWasFreedInlineDuringItsSettle) {
+// and returns (flush_for: true) only after that trim too. flush() and flush_for are one path
+// with and without a deadline; each is checked.
+void flush_waits_for_a_trim_of_what_was_freed_inline_during_its_settle(bool timed) {
   test_gate entered;
   test_gate resume;
   pausing_trim::entered = &entered;
@@ -380,7 +381,12 @@ TEST_F(AllocatorTrimTest, AFlushWaitsForATrimOfWhatWasFreedInlineDuringItsSettle
   std::atomic<pid_t> flusher_tid{0};
   std::thread flusher([&] {
     flusher_tid.store(current_tid());
-    flushed_in_time.store(domain.flush_for(30s));
+    if (timed) {
+      flushed_in_time.store(domain.flush_for(30s));
+    } else {
+      domain.flush();
+      flushed_in_time.store(true);
+    }
     trims_at_return.store(trim_recorder::calls().size());
   });
   while (flusher_tid.load() == 0) std::this_thread::sleep_for(1ms);
@@ -393,6 +399,14 @@ TEST_F(AllocatorTrimTest, AFlushWaitsForATrimOfWhatWasFreedInlineDuringItsSettle
   EXPECT_TRUE(flushed_in_time.load()) << "everything queued was torn down; the flush gave up instead";
   EXPECT_EQ(trims_at_return.load(), 2u) << "the flush returned before the worker trimmed what c freed";
   for (const pid_t caller : trim_recorder::calls()) EXPECT_NE(caller, current_tid());
+}
+
+TEST_F(AllocatorTrimTest, AFlushWaitsForATrimOfWhatWasFreedInlineDuringItsSettle) {
+  flush_waits_for_a_trim_of_what_was_freed_inline_during_its_settle(/*timed=*/false);
+}
+
+TEST_F(AllocatorTrimTest, AFlushForWaitsForATrimOfWhatWasFreedInlineDuringItsSettle) {
+  flush_waits_for_a_trim_of_what_was_freed_inline_during_its_settle(/*timed=*/true);
 }
 
 // The same over a pool: the request reaches a worker of the pool.
