@@ -696,24 +696,31 @@ TEST_F(ReaperForkTest, RepeatedForksLeaveTheParentReaperWorking) {
   }
 }
 
-// A child forked from inside fn (on the worker) may only _exit (or exec); the parent's reaper
-// goes on.
+// A child forked from inside fn (on the worker) may only _exit (or exec); an enqueue there tears
+// down inline, since no worker is there to take it. The parent's reaper goes on.
 TEST_F(ReaperForkTest, ChildForkedFromFnMayExit) {
-  auto jobs = make_jobs(3);
+  auto jobs = make_jobs(4);
   std::atomic<int> child_code{-1};
+  job_reaper* enqueue_in_child = nullptr;
   job_reaper reaper([&](job& j) {
     j.runs.fetch_add(1, std::memory_order_relaxed);
     if (j.id == 0) {
       const pid_t pid = fork();
-      if (pid == 0) _exit(7);
+      if (pid == 0) {
+        enqueue_in_child->enqueue(jobs[3]);
+        _exit(jobs[3].runs.load() == 1 ? 7 : 8);  // 8: queued for a worker the child has not
+      }
       int status = 0;
       waitpid(pid, &status, 0);
       child_code.store(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     }
   });
-  for (job& j : jobs) reaper.enqueue(j);
+  enqueue_in_child = &reaper;
+  for (std::size_t i = 0; i < 3; ++i) reaper.enqueue(jobs[i]);
   reaper.flush();
-  EXPECT_EQ(child_code.load(), 7);
+  EXPECT_EQ(child_code.load(), 7) << "8: the child's enqueue left its item queued";
+  EXPECT_EQ(jobs[3].runs.load(), 0);  // the child's copy ran, not the parent's
+  jobs.pop_back();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
   expect_parent_reaper_works(reaper);
 }
