@@ -273,6 +273,40 @@ TEST(DrivenTest, AStopWaitingForAProducersTeardownLeavesTheDriveLockFree) {
   EXPECT_EQ(reaper.stats().inline_reaped, 1u);
 }
 
+// A run holds the drive lock while fn runs: flush_for and stop_for wait for that lock no longer
+// than their deadline. Then, once the run returns, stop tears down the rest.
+TEST(DrivenTest, FlushForAndStopForGiveUpAtTheirDeadlineWhileARunHoldsTheDriveLock) {
+  std::atomic<bool> started{false};
+  std::atomic<bool> go{false};
+  using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
+  fn_reaper reaper(
+      [&](item& x) {
+        started.store(true);
+        while (!go.load()) std::this_thread::sleep_for(1ms);
+        x.runs.fetch_add(1);
+      },
+      driven());
+  std::vector<item> all(2);
+  reaper.enqueue(all[0]);
+  std::thread runner([&] { (void)reaper.run({.items = 1}); });
+  ASSERT_TRUE(teardown_test::eventually([&] { return started.load(); }));
+  reaper.enqueue(all[1]);
+  // Lets the run go if a wait below ignores its deadline, so that the test ends (and fails).
+  std::thread watchdog([&] {
+    (void)teardown_test::eventually([&] { return go.load(); }, 20s);
+    go.store(true);
+  });
+  EXPECT_FALSE(reaper.flush_for(20ms));
+  EXPECT_FALSE(go.load()) << "flush_for waited for the run's drive lock past its deadline";
+  EXPECT_FALSE(reaper.stop_for(20ms));
+  EXPECT_FALSE(go.load()) << "stop_for waited for the run's drive lock past its deadline";
+  go.store(true);
+  runner.join();
+  watchdog.join();
+  reaper.stop();
+  expect_once_each(all);
+}
+
 TEST(DrivenTest, ThreadOnlyOptionsAreRefusedNamingTheField) {
   const auto refused = [](teardown::reaper_options opts, const char* field) {
     try {
