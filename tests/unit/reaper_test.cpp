@@ -1059,6 +1059,40 @@ TEST_F(ReaperTest, StopForReturnsFalseWhileATeardownBlocksAndLeavesTheRestCounte
   EXPECT_FALSE(reaper.stats().running);
 }
 
+// A reap_on_caller that began before the worker's end may still put items back: stop waits for
+// it, but stop_for and a flush_for after the worker's end no longer than their deadline. Once the
+// caller declines its item, a stop tears it down.
+TEST_F(ReaperTest, StopForAndFlushForGiveUpAtTheirDeadlineWhileAReapOnCallerHoldsItsTake) {
+  auto jobs = make_jobs(1);
+  std::atomic<bool> taking{false};
+  std::atomic<bool> go{false};
+  job_reaper reaper([](job& j) { j.runs.fetch_add(1); });
+  reaper.freeze();  // the item waits on the queue for the caller
+  reaper.enqueue(jobs[0]);
+  std::thread caller([&] {
+    (void)reaper.reap_on_caller([&](job&) {
+      taking.store(true);
+      while (!go.load()) std::this_thread::sleep_for(1ms);
+      return false;  // declined: put back, or torn down here if the worker has ended
+    });
+  });
+  wait_until(taking);
+  // Lets the caller go if a wait below ignores its deadline, so that the test ends (and fails).
+  std::thread watchdog([&] {
+    (void)eventually([&] { return go.load(); }, 20s);
+    go.store(true);
+  });
+  EXPECT_FALSE(reaper.stop_for(20ms));
+  EXPECT_FALSE(go.load()) << "stop_for waited for the caller's reap past its deadline";
+  EXPECT_FALSE(reaper.flush_for(20ms));
+  EXPECT_FALSE(go.load()) << "flush_for waited for the caller's reap past its deadline";
+  go.store(true);
+  caller.join();
+  watchdog.join();
+  reaper.stop();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
 TEST_F(ReaperTest, StopForAgainAfterATimeoutReturnsTrueOnceTheTeardownReturns) {
   auto jobs = make_jobs(20);
   std::latch release(1);

@@ -1,11 +1,12 @@
 // Waiters help (reaper.hpp, "Waiters help") under the deterministic scheduler (schedule.hpp): the
 // real headers, every atomic, lock and futex operation a point where the scheduler picks the
-// thread that runs. Two flushes wait while the worker is held in its first item; each that has
-// waited boost_after with no raise in force tears down what is queued and asks the worker for
-// the unstarted half of its batch, while a producer and a reap_on_caller that declines some
-// items run beside them. Asserted: each flush returns only once everything enqueued before it
-// is torn down, nothing runs twice, and across the schedules the waiters did help (the
-// scenario reaches what it names). A failure prints the schedule (TEARDOWN_SCHEDULE_REPLAY).
+// thread that runs. Two flushes (one a flush_for) wait while the worker is held in its first
+// item; each that has waited boost_after with no raise in force tears down what is queued and
+// asks the worker for the unstarted half of its batch, while a producer and a reap_on_caller
+// that declines some items run beside them. Asserted: each flush returns only once everything
+// enqueued before it is torn down, flush_for answers true, nothing runs twice, and across the
+// schedules the waiters did help (the scenario reaches what it names). A failure prints the
+// schedule (TEARDOWN_SCHEDULE_REPLAY).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -41,6 +42,18 @@ struct held_first {
 using queue = teardown::llist<item, &item::node, sched::sync>;
 using helping_reaper = teardown::reaper<item, &item::node, held_first, queue>;
 
+// One waiter flushes without a deadline, the other with one it never reaches (a virtual 10 s:
+// the clock jumps there only if every thread waits, which a lost wake-up would leave them
+// doing). The timed one must answer true, also when its own help completed what it waited for.
+void flush_or_flush_for(helping_reaper& reaper, bool timed) {
+  if (!timed) {
+    reaper.flush();
+  } else {
+    sched::check(reaper.flush_for(std::chrono::seconds(10)),
+                 "flush_for answered false: it gave up, or would not say it was done");
+  }
+}
+
 
 
 TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTwice) {
@@ -56,12 +69,12 @@ TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTw
     // nice 0: the waiters' own, so no raise can be in force (an ordinary user's worker).
     helping_reaper reaper(held_first{&go}, {.nice = 0, .spin_polls = 0, .boost_after = 1ms});
     for (std::size_t i = 0; i < 6; ++i) publish_and_enqueue(reaper, all[i]);
-    const auto flusher = [&] {
-      reaper.flush();
+    const auto flusher = [&](bool timed) {
+      flush_or_flush_for(reaper, timed);
       expect_once_each(all, "a flush returned", 0, 6);
     };
-    sched::thread first(flusher);
-    sched::thread second(flusher);
+    sched::thread first([&] { flusher(false); });
+    sched::thread second([&] { flusher(true); });
     sched::thread producer([&] {
       publish_and_enqueue(reaper, all[6]);
       publish_and_enqueue(reaper, all[7]);
@@ -102,12 +115,12 @@ TEST(HelpScheduleTest, AShareInAHelpersHandsKeepsTheOtherFlushWaiting) {
     reaper.freeze();  // one batch: the worker takes all eight at the thaw
     for (item& x : all) publish_and_enqueue(reaper, x);
     reaper.thaw();
-    const auto flusher = [&] {
-      reaper.flush();
+    const auto flusher = [&](bool timed) {
+      flush_or_flush_for(reaper, timed);
       expect_once_each(all, "a flush returned", 0, all.size());
     };
-    sched::thread first(flusher);
-    sched::thread second(flusher);
+    sched::thread first([&] { flusher(false); });
+    sched::thread second([&] { flusher(true); });
     sched::sync::sleep_for(std::chrono::milliseconds(3));
     set_and_wake(go);  // the worker, the only waiter
     first.join();
