@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -74,6 +75,24 @@ template <class Predicate>
   }
   return true;
 }
+
+// Sets `go` once `limit` has passed, unless the test set it first: a test that holds a teardown
+// until `go` checks that a timed wait returned while `go` was still false, and when the wait
+// ignores its deadline, this lets the teardown go so that the test ends (and fails).
+class go_at_the_latest {
+ public:
+  go_at_the_latest(std::atomic<bool>& go, std::chrono::nanoseconds limit)
+      : thread_([&go, limit] {
+          (void)eventually([&] { return go.load(); }, limit);
+          go.store(true);
+        }) {}
+  go_at_the_latest(const go_at_the_latest&) = delete;
+  go_at_the_latest& operator=(const go_at_the_latest&) = delete;
+  ~go_at_the_latest() { thread_.join(); }
+
+ private:
+  std::thread thread_;
+};
 
 // Why this process may not lower a thread's nice from 19 to `to` (no CAP_SYS_NICE and an
 // RLIMIT_NICE that does not reach it: an ordinary user), or nothing where it may. Asked of the

@@ -60,6 +60,17 @@ bool readable(int fd) {
   return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
 }
 
+using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
+
+// fn: reports `started`, then holds each item until `go`.
+std::function<void(item&)> held_until_go(std::atomic<bool>& started, std::atomic<bool>& go) {
+  return [&started, &go](item& x) {
+    started.store(true);
+    while (!go.load()) std::this_thread::sleep_for(1ms);
+    x.runs.fetch_add(1);
+  };
+}
+
 void expect_once_each(const std::vector<item>& all) {
   for (const item& x : all) EXPECT_EQ(x.runs.load(), 1);
 }
@@ -234,14 +245,7 @@ TEST(DrivenTest, StopTearsDownEverythingOnceAndLaterEnqueuesRunInline) {
 TEST(DrivenTest, AStopWaitingForAProducersTeardownLeavesTheDriveLockFree) {
   std::atomic<bool> started{false};
   std::atomic<bool> go{false};
-  using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
-  fn_reaper reaper(
-      [&](item& x) {
-        started.store(true);
-        while (!go.load()) std::this_thread::sleep_for(1ms);
-        x.runs.fetch_add(1);
-      },
-      driven());
+  fn_reaper reaper(held_until_go(started, go), driven());
   reaper.stop();
   item late;
   std::thread producer([&] {
@@ -278,31 +282,19 @@ TEST(DrivenTest, AStopWaitingForAProducersTeardownLeavesTheDriveLockFree) {
 TEST(DrivenTest, FlushForAndStopForGiveUpAtTheirDeadlineWhileARunHoldsTheDriveLock) {
   std::atomic<bool> started{false};
   std::atomic<bool> go{false};
-  using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
-  fn_reaper reaper(
-      [&](item& x) {
-        started.store(true);
-        while (!go.load()) std::this_thread::sleep_for(1ms);
-        x.runs.fetch_add(1);
-      },
-      driven());
+  fn_reaper reaper(held_until_go(started, go), driven());
   std::vector<item> all(2);
   reaper.enqueue(all[0]);
   std::thread runner([&] { (void)reaper.run({.items = 1}); });
   ASSERT_TRUE(teardown_test::eventually([&] { return started.load(); }));
   reaper.enqueue(all[1]);
-  // Lets the run go if a wait below ignores its deadline, so that the test ends (and fails).
-  std::thread watchdog([&] {
-    (void)teardown_test::eventually([&] { return go.load(); }, 20s);
-    go.store(true);
-  });
+  const teardown_test::go_at_the_latest watchdog(go, 20s);
   EXPECT_FALSE(reaper.flush_for(20ms));
   EXPECT_FALSE(go.load()) << "flush_for waited for the run's drive lock past its deadline";
   EXPECT_FALSE(reaper.stop_for(20ms));
   EXPECT_FALSE(go.load()) << "stop_for waited for the run's drive lock past its deadline";
   go.store(true);
   runner.join();
-  watchdog.join();
   reaper.stop();
   expect_once_each(all);
 }
@@ -334,7 +326,6 @@ TEST(DrivenTest, ThreadOnlyOptionsAreRefusedNamingTheField) {
 }
 
 TEST(DrivenTest, RunAndFlushFromItsOwnFnAreRefused) {
-  using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
   fn_reaper* self = nullptr;
   int refused = 0;
   fn_reaper reaper(
@@ -365,7 +356,6 @@ TEST(DrivenTest, RunAndFlushFromItsOwnFnAreRefused) {
 // inside A's run (same reaper type). Each would wait for A's run that encloses it: refused, not a
 // deadlock.
 TEST(DrivenTest, RunFlushAndHandleInsideAnotherReapersRunInsideOursAreRefused) {
-  using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
   fn_reaper* a = nullptr;
   fn_reaper* b = nullptr;
   teardown::drive_handle a_handle;
@@ -549,7 +539,6 @@ TEST(DrivenTest, AsyncTeardownCountsWhatItsRunsTearDown) {
 // enqueue and destructor must not wait for that thread, which does not exist there.
 TEST(DrivenTest, ForkChildNeverWaitsForTheDriveLock) {
   std::latch inside(1), release(1);
-  using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
   bool blocked_once = false;
   fn_reaper reaper(
       [&](item& x) {

@@ -1077,18 +1077,13 @@ TEST_F(ReaperTest, StopForAndFlushForGiveUpAtTheirDeadlineWhileAReapOnCallerHold
     });
   });
   wait_until(taking);
-  // Lets the caller go if a wait below ignores its deadline, so that the test ends (and fails).
-  std::thread watchdog([&] {
-    (void)eventually([&] { return go.load(); }, 20s);
-    go.store(true);
-  });
+  const go_at_the_latest watchdog(go, 20s);
   EXPECT_FALSE(reaper.stop_for(20ms));
   EXPECT_FALSE(go.load()) << "stop_for waited for the caller's reap past its deadline";
   EXPECT_FALSE(reaper.flush_for(20ms));
   EXPECT_FALSE(go.load()) << "flush_for waited for the caller's reap past its deadline";
   go.store(true);
   caller.join();
-  watchdog.join();
   reaper.stop();
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
 }
