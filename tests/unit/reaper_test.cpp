@@ -1088,6 +1088,43 @@ TEST_F(ReaperTest, StopForAndFlushForGiveUpAtTheirDeadlineWhileAReapOnCallerHold
   EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
 }
 
+// After stop, an enqueued chain is torn down on its producer, inside a hand that every later stop
+// waits for: stop_for waits for that hand, and for the settle turn of a stop already waiting for it, no
+// longer than its deadline.
+TEST_F(ReaperTest, StopForGivesUpAtItsDeadlineWhileAProducersTeardownAfterStopIsInItsHands) {
+  auto jobs = make_jobs(1);
+  std::atomic<bool> started{false};
+  std::atomic<bool> go{false};
+  job_reaper reaper([&](job& j) {
+    started.store(true);
+    while (!go.load()) std::this_thread::sleep_for(1ms);
+    j.runs.fetch_add(1);
+  });
+  reaper.stop();
+  std::thread producer([&] {
+    teardown::llist_chain<job, &job::hook> chain;
+    chain.push_back(jobs[0]);
+    reaper.enqueue_chain(std::move(chain));  // the reaper is stopped: torn down here, inside a hand
+  });
+  wait_until(started);
+  const go_at_the_latest watchdog(go, 20s);
+  EXPECT_FALSE(reaper.stop_for(20ms));
+  EXPECT_FALSE(go.load()) << "stop_for waited for the producer's hand past its deadline";
+  std::atomic<pid_t> settler_tid{0};
+  std::thread settler([&] {
+    settler_tid.store(current_tid());
+    reaper.stop();  // holds the settle turn while it waits for the hand
+  });
+  ASSERT_TRUE(eventually([&] { return settler_tid.load() != 0; }));
+  wait_until_asleep(settler_tid.load());
+  EXPECT_FALSE(reaper.stop_for(20ms));
+  EXPECT_FALSE(go.load()) << "stop_for waited for the settle turn past its deadline";
+  go.store(true);
+  producer.join();
+  settler.join();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
 TEST_F(ReaperTest, StopForAgainAfterATimeoutReturnsTrueOnceTheTeardownReturns) {
   auto jobs = make_jobs(20);
   std::latch release(1);
