@@ -194,6 +194,29 @@ TEST_F(ReaperBoostTest, AStopThatWaitsRaisesTheWorkerForItsFinalDrain) {
   EXPECT_FALSE(reaper.stats().boosted) << "no worker runs after stop, raised or not";
 }
 
+// A bounded flush or stop whose deadline comes before boost_after gives up at its deadline: it
+// neither raises the worker nor, where no raise is possible (an ordinary user's worker keeps its
+// creator's nice), helps.
+TEST_F(ReaperBoostTest, AFlushForOrStopForEndingBeforeBoostAfterNeitherRaisesNorHelps) {
+  blocking_first probe;
+  auto jobs = make_jobs(3);
+  job_reaper reaper(probe.fn(), {.name = "boost_late", .boost_after = std::chrono::hours(1)});
+  reaper.enqueue(jobs[0]);
+  wait_until(probe.started);
+  reaper.enqueue(jobs[1]);
+  EXPECT_FALSE(reaper.flush_for(30ms));
+  reaper.enqueue(jobs[2]);
+  EXPECT_FALSE(reaper.stop_for(30ms));
+  const auto stats = reaper.stats();
+  EXPECT_EQ(stats.boosts, 0u);
+  EXPECT_EQ(stats.boosts_refused, 0u);
+  EXPECT_EQ(stats.helped, 0u);
+  EXPECT_FALSE(stats.boosted);
+  probe.release.count_down();
+  reaper.stop();
+  EXPECT_EQ(ran_exactly_once(jobs), jobs.size());
+}
+
 TEST_F(ReaperBoostTest, BoostAfterZeroNeverRaisesTheWorker) {
   blocking_first probe;
   auto jobs = make_jobs(2);

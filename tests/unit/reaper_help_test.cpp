@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "teardown/reaper.hpp"
@@ -144,6 +145,45 @@ TEST(ReaperHelpTest, WithWaitersHelpOffAFlushOnlyWaits) {
   reaper.flush();
   EXPECT_EQ(exactly_once(jobs), jobs.size());
   EXPECT_EQ(reaper.stats().inline_reaped, 0u);
+}
+
+// A bounded flush or stop that helps still gives up at its deadline: it tears down what it
+// could take, then, the worker still holding item 0, answers false instead of helping on.
+TEST(ReaperHelpTest, AFlushForAndAStopForHelpThenGiveUpAtTheirDeadlineWhileTheWorkerHoldsAnItem) {
+  hang_guard guard(current_test_name());
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  std::vector<traced_job> jobs(6);
+  for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].id = i;
+  traced_reaper reaper(first_blocks(release, started), helping_options());
+  reaper.enqueue(jobs[0]);
+  wait_until(started);
+  for (std::size_t i = 1; i < 4; ++i) reaper.enqueue(jobs[i]);
+  bool released = false;
+  const auto release_once = [&] {
+    if (!std::exchange(released, true)) release.count_down();
+  };
+  const auto answer_within = [&](auto bounded_wait) {
+    std::atomic<bool> returned{false};
+    bool answer = true;
+    std::thread waiter([&] {
+      answer = bounded_wait();
+      returned.store(true);
+    });
+    const bool in_time = eventually([&] { return returned.load(); }, 20s);
+    if (!in_time) release_once();  // lets a waiter that helps on past its deadline end
+    waiter.join();
+    EXPECT_TRUE(in_time) << "a bounded wait went on helping past its deadline";
+    return answer;
+  };
+  EXPECT_FALSE(answer_within([&] { return reaper.flush_for(300ms); }));
+  for (std::size_t i = 4; i < jobs.size(); ++i) reaper.enqueue(jobs[i]);
+  EXPECT_FALSE(answer_within([&] { return reaper.stop_for(300ms); }));
+  EXPECT_EQ(reaper.stats().helped, 5u) << "the bounded waits tore down what was queued";
+  EXPECT_EQ(jobs[0].runs.load(), 0) << "item 0 is still the worker's";
+  release_once();
+  reaper.stop();
+  EXPECT_EQ(exactly_once(jobs), jobs.size());
 }
 
 // A stop (the default domain's exit protocol is one) helps the same way.
