@@ -166,6 +166,15 @@ inline job_fn first_item_blocks(std::latch& release, std::atomic<bool>& started)
   };
 }
 
+// fn for any item with a `runs` count: says it started, then holds the item until `go`.
+inline auto held_until_go(std::atomic<bool>& started, std::atomic<bool>& go) {
+  return [&started, &go](auto& item) {
+    started.store(true);
+    while (!go.load()) std::this_thread::sleep_for(1ms);
+    item.runs.fetch_add(1);
+  };
+}
+
 // Enqueues every job while the worker is frozen, so that it takes them as one batch.
 inline void enqueue_as_one_batch(job_reaper& reaper, std::vector<job>& jobs) {
   reaper.freeze();

@@ -94,6 +94,13 @@ class go_at_the_latest {
   std::thread thread_;
 };
 
+// The two checks of a timed wait under go_at_the_latest: it answered false, and it did so before
+// `go` let go of what it waited for. `what` names the wait in the failure.
+inline void expect_gave_up_before_go(bool answer, const std::atomic<bool>& go, const char* what) {
+  EXPECT_FALSE(answer) << what << " answered true while what it waits for was held";
+  EXPECT_FALSE(go.load()) << what << " waited past its deadline";
+}
+
 // Why this process may not lower a thread's nice from 19 to `to` (no CAP_SYS_NICE and an
 // RLIMIT_NICE that does not reach it: an ordinary user), or nothing where it may. Asked of the
 // kernel itself, on a thread of its own: a test of the privileged path skips with this reason,

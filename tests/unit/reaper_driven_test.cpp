@@ -28,6 +28,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using teardown_test::reaper_support::held_until_go;
 
 struct item {
   teardown::llist_node node;
@@ -63,14 +64,6 @@ bool readable(int fd) {
 using fn_reaper = teardown::reaper<item, &item::node, std::function<void(item&)>>;
 
 // fn: reports `started`, then holds each item until `go`.
-std::function<void(item&)> held_until_go(std::atomic<bool>& started, std::atomic<bool>& go) {
-  return [&started, &go](item& x) {
-    started.store(true);
-    while (!go.load()) std::this_thread::sleep_for(1ms);
-    x.runs.fetch_add(1);
-  };
-}
-
 void expect_once_each(const std::vector<item>& all) {
   for (const item& x : all) EXPECT_EQ(x.runs.load(), 1);
 }
@@ -289,10 +282,8 @@ TEST(DrivenTest, FlushForAndStopForGiveUpAtTheirDeadlineWhileARunHoldsTheDriveLo
   ASSERT_TRUE(teardown_test::eventually([&] { return started.load(); }));
   reaper.enqueue(all[1]);
   const teardown_test::go_at_the_latest watchdog(go, 20s);
-  EXPECT_FALSE(reaper.flush_for(20ms));
-  EXPECT_FALSE(go.load()) << "flush_for waited for the run's drive lock past its deadline";
-  EXPECT_FALSE(reaper.stop_for(20ms));
-  EXPECT_FALSE(go.load()) << "stop_for waited for the run's drive lock past its deadline";
+  teardown_test::expect_gave_up_before_go(reaper.flush_for(20ms), go, "flush_for (for the run's drive lock)");
+  teardown_test::expect_gave_up_before_go(reaper.stop_for(20ms), go, "stop_for (for the run's drive lock)");
   go.store(true);
   runner.join();
   reaper.stop();

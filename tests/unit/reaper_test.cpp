@@ -604,11 +604,7 @@ TEST_F(ReaperTest, FlushForGivesUpAtItsDeadlineWhileAProducersTeardownAfterStopR
   auto jobs = make_jobs(1);
   std::atomic<bool> started{false};
   std::atomic<bool> go{false};
-  job_reaper reaper([&](job& j) {
-    started.store(true);
-    while (!go.load()) std::this_thread::sleep_for(1ms);
-    j.runs.fetch_add(1);
-  });
+  job_reaper reaper(held_until_go(started, go));
   reaper.stop();
   std::thread producer([&] {
     teardown::llist_chain<job, &job::hook> chain;
@@ -1083,10 +1079,8 @@ TEST_F(ReaperTest, StopForAndFlushForGiveUpAtTheirDeadlineWhileAReapOnCallerHold
   });
   wait_until(taking);
   const go_at_the_latest watchdog(go, 20s);
-  EXPECT_FALSE(reaper.stop_for(20ms));
-  EXPECT_FALSE(go.load()) << "stop_for waited for the caller's reap past its deadline";
-  EXPECT_FALSE(reaper.flush_for(20ms));
-  EXPECT_FALSE(go.load()) << "flush_for waited for the caller's reap past its deadline";
+  expect_gave_up_before_go(reaper.stop_for(20ms), go, "stop_for (for the caller's reap)");
+  expect_gave_up_before_go(reaper.flush_for(20ms), go, "flush_for (for the caller's reap)");
   go.store(true);
   caller.join();
   reaper.stop();
@@ -1100,11 +1094,7 @@ TEST_F(ReaperTest, StopForGivesUpAtItsDeadlineWhileAProducersTeardownAfterStopIs
   auto jobs = make_jobs(1);
   std::atomic<bool> started{false};
   std::atomic<bool> go{false};
-  job_reaper reaper([&](job& j) {
-    started.store(true);
-    while (!go.load()) std::this_thread::sleep_for(1ms);
-    j.runs.fetch_add(1);
-  });
+  job_reaper reaper(held_until_go(started, go));
   reaper.stop();
   std::thread producer([&] {
     teardown::llist_chain<job, &job::hook> chain;
@@ -1113,8 +1103,7 @@ TEST_F(ReaperTest, StopForGivesUpAtItsDeadlineWhileAProducersTeardownAfterStopIs
   });
   wait_until(started);
   const go_at_the_latest watchdog(go, 20s);
-  EXPECT_FALSE(reaper.stop_for(20ms));
-  EXPECT_FALSE(go.load()) << "stop_for waited for the producer's hand past its deadline";
+  expect_gave_up_before_go(reaper.stop_for(20ms), go, "stop_for (for the producer's hand)");
   std::atomic<pid_t> settler_tid{0};
   std::thread settler([&] {
     settler_tid.store(current_tid());
@@ -1122,8 +1111,7 @@ TEST_F(ReaperTest, StopForGivesUpAtItsDeadlineWhileAProducersTeardownAfterStopIs
   });
   ASSERT_TRUE(eventually([&] { return settler_tid.load() != 0; }));
   wait_until_asleep(settler_tid.load());
-  EXPECT_FALSE(reaper.stop_for(20ms));
-  EXPECT_FALSE(go.load()) << "stop_for waited for the settle turn past its deadline";
+  expect_gave_up_before_go(reaper.stop_for(20ms), go, "stop_for (for the settle turn)");
   go.store(true);
   producer.join();
   settler.join();
