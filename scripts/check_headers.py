@@ -23,7 +23,7 @@ OPENING_LINES = 60
 FLOORS = [
     (1, r"detail/.*"),
     (1.5, r"process\.hpp|process/.*"),
-    (2, r"(llist|sharded_llist|atomics|budget|static_key|counter|snapshot_count|memory_limit|allocator_purge)\.hpp"),
+    (2, r"(llist|sharded_llist|atomics|budget|static_key|counter|snapshot_count|reference_count|memory_limit|allocator_purge)\.hpp"),
     (3, r"(sync|event_count|trace|allocator_trim|pressure|worker_thread)\.hpp|pressure/.*"),
     (4, r"(reaper|reaper_pool|process_reaper)\.hpp|(reaper|reaper_pool|process_reaper)/.*"),
     (5, r"(async_teardown|shared_worker|worker_control)\.hpp|async_teardown/.*"),

@@ -216,7 +216,7 @@ TEST_F(MmputExitTest, NotTheLastReferenceReturnsNulloptAndTearsNothingDown) {
 
   EXPECT_EQ(teardowns_of(*mm), 0u);
   EXPECT_EQ(mm->aio.exit_calls(), 0u) << "exit_aio is for the last user only";
-  EXPECT_EQ(mm->mm_users.load(), 1);
+  EXPECT_EQ(mm->mm_users.read(), 1);
   const auto v = kernel.vmstat();
   EXPECT_EQ(v.queued, 0u);
   EXPECT_EQ(v.sync, 0u);
@@ -532,7 +532,7 @@ TEST_F(MmputTest, MmgetNotZeroRefusesAnMmWhoseUsersAreGone) {
   kernel.mmput(*mm);
 
   EXPECT_FALSE(mm_system::mmget_not_zero(*mm));
-  EXPECT_EQ(mm->mm_users.load(), 0);
+  EXPECT_EQ(mm->mm_users.read(), 0);
 }
 
 TEST_F(MmputTest, LastMmdropFreesTheStructAfterTheTeardown) {
@@ -542,7 +542,7 @@ TEST_F(MmputTest, LastMmdropFreesTheStructAfterTheTeardown) {
   mm_struct* mm = kernel.mm_alloc(large);
   mm_system::mmgrab(*mm);
   kernel.mmput(*mm);
-  EXPECT_EQ(mm->mm_count.load(), 1) << "the teardown dropped the users' reference";
+  EXPECT_EQ(mm->mm_count.read(), 1) << "the teardown dropped the users' reference";
   mm_system::mmdrop(*mm);
 }
 
@@ -897,7 +897,7 @@ TEST_F(OomTest, CloneVmOfAnExitedTaskThrowsAndCreatesNothing) {
 
   EXPECT_THROW((void)kernel.clone_vm(*task), std::logic_error);
 
-  EXPECT_EQ(mm->mm_users.load(), 1) << "no reference was taken";
+  EXPECT_EQ(mm->mm_users.read(), 1) << "no reference was taken";
   EXPECT_EQ(sharer->exit(), decision::queued);
   kernel.flush();
 }
@@ -1592,7 +1592,7 @@ TEST_F(MmTest, ACpuOwnerSetByOneUserIsSeenByTheTeardownAnotherUsersExitQueues) {
     kernel.mmput(*mm);
   });
   std::thread two([&] {
-    while (mm->mm_users.load(std::memory_order_relaxed) != 1) std::this_thread::yield();
+    while (mm->mm_users.read() != 1) std::this_thread::yield();
     EXPECT_EQ(kernel.mmput_exit(*mm), decision::queued);
   });
   one.join();

@@ -279,7 +279,7 @@ TEST_F(OomReaperTest, AnMmIsQueuedOnceHoweverOftenItsHoldersAreKilled) {
   victim.reset();
   sharer.reset();
   EXPECT_EQ(mm->teardowns.load(), 1u);
-  EXPECT_EQ(mm->mm_count.load(), 1) << "only our reference is left: the oom_reaper dropped its own";
+  EXPECT_EQ(mm->mm_count.read(), 1) << "only our reference is left: the oom_reaper dropped its own";
 }
 
 TEST_F(OomReaperTest, HoldsAStructReferenceWhileQueuedAndDropsItWhenDone) {
@@ -287,15 +287,15 @@ TEST_F(OomReaperTest, HoldsAStructReferenceWhileQueuedAndDropsItWhenDone) {
   kernel.set_oom_reap_delay(std::chrono::hours(1));  // queued, not started
   auto victim = kernel.spawn(thresh * 10);
   grabbed mm(victim->mm());
-  ASSERT_EQ(mm->mm_count.load(), 2);  // the users' reference and ours
+  ASSERT_EQ(mm->mm_count.read(), 2);  // the users' reference and ours
   kernel.oom_kill(*victim);
-  EXPECT_EQ(mm->mm_count.load(), 3) << "oom_kill grabbed the struct for the oom_reaper";
+  EXPECT_EQ(mm->mm_count.read(), 3) << "oom_kill grabbed the struct for the oom_reaper";
   EXPECT_EQ(victim->exit(), decision::inline_ineligible);
   EXPECT_EQ(mm->teardowns.load(), 1u);
-  EXPECT_EQ(mm->mm_count.load(), 2) << "the teardown dropped the users' reference, not the oom_reaper's";
+  EXPECT_EQ(mm->mm_count.read(), 2) << "the teardown dropped the users' reference, not the oom_reaper's";
   kernel.set_oom_reap_delay(0ns);
   kernel.flush_oom_reaper();
-  EXPECT_EQ(mm->mm_count.load(), 1);
+  EXPECT_EQ(mm->mm_count.read(), 1);
   const oom_reap_stats s = kernel.stats().oom_reap;
   EXPECT_EQ(s.skipped, 1u) << "the victim had torn itself down: nothing left to reap";
   EXPECT_EQ(s.reaper_pages, 0u);
@@ -445,7 +445,7 @@ TEST_F(OomReaperTest, DestroyingTheSystemWithAPendingOomReapFinishesItAndDropsIt
     EXPECT_EQ(kernel.stats().oom_reap.reaped, 0u) << "still pending";
   }
   for (const auto& mm : mms) {
-    EXPECT_EQ((*mm)->mm_count.load(), 1) << "the oom_reaper dropped its reference before the system died";
+    EXPECT_EQ((*mm)->mm_count.read(), 1) << "the oom_reaper dropped its reference before the system died";
     EXPECT_EQ((*mm)->teardowns.load(), 1u);
   }
 }
@@ -462,7 +462,7 @@ TEST_F(OomReaperTest, DestroyingTheSystemRightAfterRacingKillsLeavesNothingBehin
     }
   }
   for (const auto& mm : mms) {
-    EXPECT_EQ((*mm)->mm_count.load(), 1);
+    EXPECT_EQ((*mm)->mm_count.read(), 1);
     EXPECT_EQ((*mm)->teardowns.load(), 1u);
   }
 }

@@ -2,8 +2,8 @@
 //
 // An mm_struct is created by basic_mm_system::mm_alloc and freed by the mmdrop that takes
 // mm_count to zero. Its fields are public, as in the kernel; each says who writes it:
-//   mm_users      address-space users; the last mmput tears down (acq_rel decrements).
-//   mm_count      struct references; all users together hold one (acq_rel decrement).
+//   mm_users      address-space users; the last mmput tears down (a reference_count).
+//   mm_count      struct references; all users together hold one (a reference_count).
 //   flags         MMF_OOM_SKIP, MMF_OOM_TARGETED, MMF_OOM_REAP_QUEUED; relaxed RMWs (set_bit).
 //   rss_pages     approximate (get_mm_rss); reclaim may shrink it while the mm is queued.
 //   aio           aio.hpp's context: exit_aio is idempotent and may block.
@@ -17,7 +17,7 @@
 //
 // Memory ordering: MMF_OOM_TARGETED is set with a relaxed fetch_or; it reaches the thread that
 // makes the final mm_users decrement through the tasklist lock and the release sequence of
-// mm_users' acq_rel RMWs (the argument: docs/design.md, "The model's OOM ordering").
+// mm_users' puts (reference_count.hpp; the argument: docs/design.md, "The model's OOM ordering").
 // Design: docs/design.md, "model/mm.hpp: the kernel's composition, in user space".
 #pragma once
 
@@ -38,6 +38,7 @@
 
 #include "teardown/llist.hpp"
 #include "teardown/model/aio.hpp"
+#include "teardown/reference_count.hpp"
 
 namespace teardown::model {
 
@@ -94,8 +95,8 @@ struct chunk_walk {
 /// The model mm_struct. Created by mm_system::mm_alloc; freed by the mmdrop that takes
 /// mm_count to zero. Fields are public, as in the kernel, with who writes each.
 struct mm_struct {
-  std::atomic<std::int32_t> mm_users{1};  // address-space users; the last mmput tears down
-  std::atomic<std::int32_t> mm_count{1};  // struct references (all users together hold one)
+  reference_count mm_users;  // address-space users; the last mmput tears down
+  reference_count mm_count;  // struct references (all users together hold one)
   std::atomic<std::uint64_t> flags{0};    // MMF_* bits; set with relaxed RMWs (see header)
   std::atomic<std::int64_t> rss_pages{0};  // approximate; reclaim may shrink it at any time
   aio_context aio;
@@ -146,9 +147,8 @@ inline std::size_t page_size() noexcept { return static_cast<std::size_t>(syscon
 
 /// Drops a struct reference; the last frees the mm (basic_mm_system::mmdrop()).
 inline void mmdrop(mm_struct& mm) noexcept {
-  // acq_rel: release our writes to the mm to the thread that frees it; acquire everyone
-  // else's before we free it.
-  if (mm.mm_count.fetch_sub(1, std::memory_order_acq_rel) == 1) delete &mm;
+  // put(): the last sees every holder's writes to the mm before it frees it.
+  if (mm.mm_count.put()) delete &mm;
 }
 
 /// mm_alloc's real backing memory: maps rss_pages pages and touches each (blocking). Throws

@@ -204,19 +204,15 @@ class basic_mm_system {
 
   /// Takes a mm_users reference; the caller already holds one. Lock-free.
   static void mmget(mm_struct& mm) noexcept {
-    // relaxed: a new reference is made from an existing one, which keeps the mm alive; still an
-    // RMW, so it continues the release sequence the OOM argument relies on.
-    mm.mm_users.fetch_add(1, std::memory_order_relaxed);
+    // A new reference from an existing one: still an RMW, so it continues the release sequence
+    // the OOM argument relies on (reference_count.hpp).
+    mm.mm_users.get();
   }
 
   /// Takes a mm_users reference unless the mm is already being torn down (the kernel's
   /// mmget_not_zero, used by /proc readers). Lock-free.
   static bool mmget_not_zero(mm_struct& mm) noexcept {
-    std::int32_t users = mm.mm_users.load(std::memory_order_relaxed);
-    do {
-      if (users == 0) return false;
-    } while (!mm.mm_users.compare_exchange_weak(users, users + 1, std::memory_order_relaxed));
-    return true;
+    return mm.mm_users.get_not_zero();
   }
 
   /// Drops a mm_users reference; the last one tears down inline (never deferred, not counted).
@@ -235,7 +231,7 @@ class basic_mm_system {
 
   /// Takes a reference to the struct (not the address space): the mm stays readable after its
   /// teardown until mmdrop. Lock-free.
-  static void mmgrab(mm_struct& mm) noexcept { mm.mm_count.fetch_add(1, std::memory_order_relaxed); }
+  static void mmgrab(mm_struct& mm) noexcept { mm.mm_count.get(); }
 
   /// Drops a struct reference; the last frees the mm.
   static void mmdrop(mm_struct& mm) noexcept { detail::mmdrop(mm); }
@@ -552,10 +548,10 @@ class basic_mm_system {
  private:
   // True if this drop of mm_users was the last.
   static bool release_user(mm_struct& mm) noexcept {
-    // acq_rel: the kernel's fully ordered atomic_dec_and_test. Release heads (or continues) the
-    // release sequence that carries MMF_OOM_TARGETED; acquire on the final decrement reads from
-    // it, so the teardown sees every user's writes and the flag ("The model's OOM ordering").
-    return mm.mm_users.fetch_sub(1, std::memory_order_acq_rel) == 1;
+    // The kernel's fully ordered atomic_dec_and_test: each put's release heads (or continues) the
+    // release sequence that carries MMF_OOM_TARGETED, and the final put's acquire reads from it,
+    // so the teardown sees every user's writes and the flag ("The model's OOM ordering").
+    return mm.mm_users.put();
   }
 
   // __mmput: exit_aio (again: idempotent), exit_mmap, then the users' mm_count reference.

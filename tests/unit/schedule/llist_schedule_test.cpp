@@ -3,11 +3,13 @@
 // whoever takes it checks that the stamp happens before the take. A weakened order on a path
 // that publishes nodes (an add's release, a take's acquire, replace_all's acq_rel, the sharded
 // summary word's pair) leaves a take unordered after a stamp: the schedule fails. The same file
-// holds the other two primitives whose orders publish: snapshot_count (a snapshot that reads it
-// first must not see it ahead of a count made before its add) and event_count (a waiter that
-// takes its key before it reads a relaxed condition must not sleep through the change).
+// holds the other primitives whose orders publish: snapshot_count (a snapshot that reads it
+// first must not see it ahead of a count made before its add), event_count (a waiter that
+// takes its key before it reads a relaxed condition must not sleep through the change) and
+// reference_count (the last put sees what every holder did before its own put).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "schedule/schedule.hpp"
 #include "teardown/event_count.hpp"
 #include "teardown/llist.hpp"
+#include "teardown/reference_count.hpp"
 #include "teardown/sharded_llist.hpp"
 #include "teardown/snapshot_count.hpp"
 
@@ -213,6 +216,45 @@ TEST(EventCountScheduleTest, AWaiterThatTakesItsKeyFirstNeverSleepsThroughTheLas
       }
     }
     sched::check(pending.load(std::memory_order_relaxed) == 0, "the waiter left with the budget not empty");
+  });
+  expect_explored(result, expected_runs(schedules));
+}
+
+// reference_count (the model's mm_users and mm_count): three holders, one of them made by get()
+// from another's reference, and a fourth taken by get_not_zero() while the count may already be
+// zero, each stamp what it did through its reference, then put it. Whoever puts last tears
+// down, and every holder's stamp happens before that (weakening put's acq_rel to release or
+// to acquire lets the last put read from a put it is not ordered after).
+TEST(ReferenceCountScheduleTest, TheLastPutSeesWhatEveryHolderDidBeforeItsOwnPut) {
+  const auto result = sched::explore({.name = "reference_count", .schedules = schedules}, [] {
+    teardown::basic_reference_count<sched::sync> count(2);
+    std::array<sched::stamp, 4> done{};
+    std::array<bool, 4> held{true, true, false, false};
+    int teardowns = 0;
+    const auto put = [&](std::size_t holder) {
+      done[holder] = sched::publish();
+      if (!count.put()) return;
+      ++teardowns;
+      for (std::size_t h = 0; h < done.size(); ++h) {
+        sched::check(!held[h] || sched::ordered_here(done[h]),
+                     "the last put is unordered after holder " + std::to_string(h) + "'s use");
+      }
+    };
+    count.get();  // a reference for `second`, made from this thread's own
+    held[2] = true;
+    {
+      sched::thread first([&] { put(0); });
+      sched::thread second([&] { put(2); });
+      sched::thread late([&] {
+        if (count.get_not_zero()) {
+          held[3] = true;
+          put(3);
+        }
+      });
+      put(1);
+    }
+    sched::check(teardowns == 1, "torn down " + std::to_string(teardowns) + " times");
+    sched::check(count.read() == 0, "the count ended at " + std::to_string(count.read()));
   });
   expect_explored(result, expected_runs(schedules));
 }

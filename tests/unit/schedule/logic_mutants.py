@@ -63,6 +63,7 @@ PROGRAMS = {
     H + 'sharded_llist.hpp': ['sharded_llist_test', 'llist_schedule_test', 'reaper_schedule_test'],
     H + 'trace.hpp': ['trace_test', 'reaper_schedule_test'],
     H + 'event_count.hpp': ['llist_schedule_test', 'process_reaper_test'],
+    H + 'reference_count.hpp': ['llist_schedule_test', 'mm_test', 'oom_reaper_test'],
 }
 OPERATORS = [
     (r'(?<![=!<>])==(?!=)', '!='), (r'!=', '=='),

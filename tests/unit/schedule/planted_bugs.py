@@ -203,6 +203,11 @@ plants = {
  'event_count_key_relaxed': (H + 'event_count.hpp', "return word_.load(std::memory_order_acquire);",
                              "return word_.load(std::memory_order_relaxed);",
                              'EventCountScheduleTest.*', 'llist_schedule_test'),
+ # reference_count (the model's mm_users and mm_count): put only a release, so the last put
+ # reads from another holder's put without being ordered after that holder's writes.
+ 'reference_count_put_release': (H + 'reference_count.hpp', "value_.fetch_sub(1, std::memory_order_acq_rel) == 1;",
+                                 "value_.fetch_sub(1, std::memory_order_release) == 1;",
+                                 'ReferenceCountScheduleTest.*', 'llist_schedule_test'),
  # The model's AIO context: exit_aio's read of the Dekker pair acquire only (it was, until this
  # scenario showed a request left in flight after exit_aio returned).
  'aio_exit_reads_acquire': (H + 'model/aio.hpp', "(n = in_flight_.load(std::memory_order_seq_cst)) != 0;",

@@ -58,6 +58,7 @@ HEADERS = {
     H + 'async_teardown/composition.hpp': ['composition_schedule_test'],
     H + 'snapshot_count.hpp': ['llist_schedule_test'],
     H + 'event_count.hpp': ['llist_schedule_test'],
+    H + 'reference_count.hpp': ['llist_schedule_test'],
     H + 'model/aio.hpp': ['composition_schedule_test'],
 }
 ORDER = re.compile(r'std::memory_order_(acquire|release|acq_rel|seq_cst)\b')
