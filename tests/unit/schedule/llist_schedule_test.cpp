@@ -224,7 +224,9 @@ TEST(EventCountScheduleTest, AWaiterThatTakesItsKeyFirstNeverSleepsThroughTheLas
 // from another's reference, and a fourth taken by get_not_zero() while the count may already be
 // zero, each stamp what it did through its reference, then put it. Whoever puts last tears
 // down, and every holder's stamp happens before that (weakening put's acq_rel to release or
-// to acquire lets the last put read from a put it is not ordered after).
+// to acquire lets the last put read from a put it is not ordered after). The thread that starts
+// another beside a sibling of its own is also the scheduler's case of a thread handle reused
+// within a run.
 TEST(ReferenceCountScheduleTest, TheLastPutSeesWhatEveryHolderDidBeforeItsOwnPut) {
   const auto result = sched::explore({.name = "reference_count", .schedules = schedules}, [] {
     teardown::basic_reference_count<sched::sync> count(2);
@@ -240,11 +242,13 @@ TEST(ReferenceCountScheduleTest, TheLastPutSeesWhatEveryHolderDidBeforeItsOwnPut
                      "the last put is unordered after holder " + std::to_string(h) + "'s use");
       }
     };
-    count.get();  // a reference for `second`, made from this thread's own
-    held[2] = true;
     {
-      sched::thread first([&] { put(0); });
-      sched::thread second([&] { put(2); });
+      sched::thread first([&] {
+        count.get();  // a reference for the thread it starts, made from its own
+        held[2] = true;
+        sched::thread second([&] { put(2); });
+        put(0);
+      });
       sched::thread late([&] {
         if (count.get_not_zero()) {
           held[3] = true;

@@ -149,8 +149,11 @@ class scheduler {
   }
 
   void set_os_thread(int k, pthread_t os) { slot(k).os_thread = os; }
+  // The newest slot with that handle: a pthread_t is reused once its thread is joined, so an
+  // older slot with the same value is a thread already joined (one that started a sibling of
+  // its joiner, say), and the newest is the live one.
   int find_thread(pthread_t os) const {
-    for (int k = 0; k < next_slot_; ++k) {
+    for (int k = next_slot_ - 1; k >= 0; --k) {
       if (pthread_equal(slots_[static_cast<std::size_t>(k)].os_thread, os)) return k;
     }
     return -1;
