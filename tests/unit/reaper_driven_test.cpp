@@ -186,10 +186,13 @@ TEST(DrivenTest, FlushIsABarrierWithAConcurrentProducer) {
     for (std::size_t i = 0; i < round + 10; ++i) ASSERT_EQ(mine[i].runs.load(), 1);
   }
   producer.join();
-  reaper.flush();
+  std::vector<item> last(10);
+  for (item& x : last) reaper.enqueue(x);
+  EXPECT_TRUE(reaper.flush_for(30s)) << "a driven flush_for that tore everything down answered false";
   expect_once_each(mine);
   expect_once_each(theirs);
-  EXPECT_EQ(total.load(), mine.size() + theirs.size());
+  expect_once_each(last);
+  EXPECT_EQ(total.load(), mine.size() + theirs.size() + last.size());
 }
 
 TEST(DrivenTest, FreezeMakesRunDoNothingUntilThaw) {
@@ -225,7 +228,7 @@ TEST(DrivenTest, StopTearsDownEverythingOnceAndLaterEnqueuesRunInline) {
   reaper.enqueue(late);  // after stop: torn down inline, on the caller
   EXPECT_EQ(late.runs.load(), 1);
   EXPECT_EQ(reaper.run().items, 0u);
-  reaper.flush();
+  EXPECT_TRUE(reaper.flush_for(30s)) << "after stop nothing is left to wait for";
   reaper.stop();  // idempotent
   const teardown::reaper_stats s = reaper.stats();
   EXPECT_EQ(s.reaped, 7u);
