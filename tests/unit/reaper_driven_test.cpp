@@ -189,6 +189,7 @@ TEST(DrivenTest, FlushIsABarrierWithAConcurrentProducer) {
   std::vector<item> last(10);
   for (item& x : last) reaper.enqueue(x);
   EXPECT_TRUE(reaper.flush_for(30s)) << "a driven flush_for that tore everything down answered false";
+  EXPECT_TRUE(reaper.stop_for(30s)) << "a driven stop_for with nothing to wait for answered false";
   expect_once_each(mine);
   expect_once_each(theirs);
   expect_once_each(last);
