@@ -176,9 +176,9 @@ TEST(ReaperHelpTest, AFlushForAndAStopForHelpThenGiveUpAtTheirDeadlineWhileTheWo
     EXPECT_TRUE(in_time) << "a bounded wait went on helping past its deadline";
     return answer;
   };
-  EXPECT_FALSE(answer_within([&] { return reaper.flush_for(300ms); }));
+  EXPECT_FALSE(answer_within([&] { return reaper.flush_for(1s); }));
   for (std::size_t i = 4; i < jobs.size(); ++i) reaper.enqueue(jobs[i]);
-  EXPECT_FALSE(answer_within([&] { return reaper.stop_for(300ms); }));
+  EXPECT_FALSE(answer_within([&] { return reaper.stop_for(1s); }));
   EXPECT_EQ(reaper.stats().helped, 5u) << "the bounded waits tore down what was queued";
   EXPECT_EQ(jobs[0].runs.load(), 0) << "item 0 is still the worker's";
   release_once();
