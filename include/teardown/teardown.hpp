@@ -16,6 +16,7 @@
 #include "teardown/memory_limit.hpp"
 #include "teardown/pressure_policy.hpp"
 #include "teardown/reaper.hpp"
+#include "teardown/reference_count.hpp"
 #include "teardown/reaper_pool.hpp"
 #include "teardown/shared_worker.hpp"
 #include "teardown/sharded_llist.hpp"
