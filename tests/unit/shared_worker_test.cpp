@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "schedule/schedule.hpp"
+#include "schedule/scenario_support.hpp"
 #include "teardown/async_teardown.hpp"
 #include "teardown/deferred.hpp"
 #include "teardown/trace.hpp"
@@ -474,9 +474,7 @@ sched::explore_result put_racing_shutdown(std::uint64_t schedules) {
                           sched_item x;
                           sched_item other;
                           other.gated = false;
-                          teardown::reaper_options opts;
-                          opts.spin_polls = 0;
-                          sched_reaper worker(checked_reap{&gone}, opts);
+                          sched_reaper worker(checked_reap{&gone}, sched::scenario::scenario_worker());
                           teardown::detail::domain_gate<sched::sync> gate;
                           sched::thread putter([&] {
                             if (gate.enter()) {

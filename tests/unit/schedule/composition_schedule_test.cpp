@@ -45,8 +45,7 @@ constexpr std::uint64_t schedules = 10'000;
 TEST(CompositionScheduleTest, ThawWakesAFlushThatWaitedFromBeforeTheFreeze) {
   const auto result = sched::explore({.name = "flush across freeze/thaw", .schedules = schedules}, [] {
     std::vector<item> all = items(2);
-    teardown::reaper_options opts;
-    opts.spin_polls = 0;
+    teardown::reaper_options opts = scenario_worker();
     opts.boost_after = std::chrono::nanoseconds(0);
     scheduled_reaper reaper(count_runs{}, opts);
     for (item& x : all) publish_and_enqueue(reaper, x);
@@ -80,8 +79,7 @@ TEST(CompositionScheduleTest, StopWaitsForAnInlineDrainOfPutBackItems) {
                                      [] {
     std::vector<item> all = items(3);
     {
-      teardown::reaper_options opts;
-      opts.spin_polls = 0;
+      teardown::reaper_options opts = scenario_worker();
       opts.boost_after = std::chrono::nanoseconds(0);
       struct slow_first_two {
         void operator()(item& x) const noexcept {
@@ -169,7 +167,7 @@ TEST(CompositionScheduleTest, AsyncTeardownPutsDrainsFlushesAndTrimsOnTheWorker)
     for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
     teardown::async_teardown_options opts;
     opts.max_pending = 250;  // two queued at most: the others are rejected, torn down inline
-    opts.reaper.spin_polls = 0;
+    opts.reaper = scenario_worker(opts.reaper);
     opts.reaper.boost_after = std::chrono::nanoseconds(0);
     opts.trim = {.after = 200, .trim = &counting_trim};
     {
@@ -229,7 +227,7 @@ TEST(CompositionScheduleTest, WhatADrainFreesIsTrimmedOnTheIdleWorkerWithoutAFlu
     std::vector<piece> all(3);
     for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
     teardown::async_teardown_options opts;
-    opts.reaper.spin_polls = 0;
+    opts.reaper = scenario_worker(opts.reaper);
     opts.trim = {.after = 200, .trim = [](std::size_t pad) {
                    const int returned = counting_trim(pad);
                    trimmed.fetch_add(1, std::memory_order_relaxed);
@@ -286,7 +284,7 @@ TEST(CompositionScheduleTest, AStatsSnapshotNeverSeesASubsetAboveItsSuperset) {
     opts.threshold = 50;        // cost 10 (ids 2, 5): inline_small
     opts.max_pending = 250;     // two queued at most: inline_rejected
     opts.min_concurrent = 2;    // a put alone: inline_uncontended
-    opts.reaper.spin_polls = 0;
+    opts.reaper = scenario_worker(opts.reaper);
     opts.reaper.stall_threshold = std::chrono::nanoseconds(0);  // any wait behind a teardown: inline_stalled
     {
       stats_composition composition(opts);
@@ -375,7 +373,7 @@ TEST(CompositionScheduleTest, AShutdownOnTheWorkerTearsDownWhatProducersPutBesid
     std::vector<piece> all(3);
     for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
     teardown::async_teardown_options opts;
-    opts.reaper.spin_polls = 0;
+    opts.reaper = scenario_worker(opts.reaper);
     {
       exit_composition composition(opts);
       shut_down_here = [&] { return composition.shut_down_on_own_worker(); };

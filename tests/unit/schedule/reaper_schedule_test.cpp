@@ -38,12 +38,6 @@ using sharded_queue = teardown::sharded_llist<item, &item::node, sched::sync>;
 using scheduled_reaper = teardown::reaper<item, &item::node, count_runs, queue>;
 using sharded_reaper = teardown::reaper<item, &item::node, count_runs, sharded_queue>;
 
-// No spinning before a sleep: each poll would be a point, and the sleep is the protocol.
-teardown::reaper_options quiet(teardown::reaper_options opts = {}) {
-  opts.spin_polls = 0;
-  return opts;
-}
-
 
 void enqueue_each(auto& reaper, std::vector<item>& all, std::size_t from, std::size_t to) {
   for (std::size_t i = from; i < to; ++i) {
@@ -72,7 +66,7 @@ void wake_sleep_never_loses_a_wake_up(const char* name) {
         sched::sync::futex_wake_one(*reaped);
       }
     };
-    teardown::reaper<item, &item::node, signal_runs, Queue> reaper(signal_runs{&reaped}, quiet());
+    teardown::reaper<item, &item::node, signal_runs, Queue> reaper(signal_runs{&reaped}, scenario_worker());
     {
       sched::thread a([&] { enqueue_each(reaper, all, 0, 2); });
       sched::thread b([&] { enqueue_each(reaper, all, 2, 4); });
@@ -114,7 +108,7 @@ TEST(ScheduleTest, WakeSleepExhaustivelyWithinTwoPreemptions) {
             set_and_wake(*reaped);
           }
         };
-        teardown::reaper<item, &item::node, signal_runs, queue> reaper(signal_runs{&reaped}, quiet());
+        teardown::reaper<item, &item::node, signal_runs, queue> reaper(signal_runs{&reaped}, scenario_worker());
         sched::thread producer([&] { publish_and_enqueue(reaper, x); });
         wait_until_set(reaped);
         producer.join();
@@ -131,7 +125,7 @@ TEST(ScheduleTest, WakeSleepExhaustivelyWithinTwoPreemptions) {
 TEST(ScheduleTest, FlushIsABarrierBesideReapOnCaller) {
   const auto result = sched::explore({.name = "flush", .schedules = schedules}, [] {
     std::vector<item> all = items(4);
-    scheduled_reaper reaper(count_runs{}, quiet());
+    scheduled_reaper reaper(count_runs{}, scenario_worker());
     sched::thread producer([&] {
       enqueue_each(reaper, all, 0, 2);
       reaper.flush();
@@ -164,7 +158,7 @@ TEST(ScheduleTest, FlushIsABarrierBesideReapOnCaller) {
 TEST(ScheduleTest, FlushWaitsThroughOverlappingPutBacks) {
   const auto result = sched::explore({.name = "overlapping put-backs", .schedules = schedules / 20}, [] {
     std::vector<item> all = items(1);
-    scheduled_reaper reaper(count_runs{}, quiet());
+    scheduled_reaper reaper(count_runs{}, scenario_worker());
     reaper.freeze();  // until the first caller holds the item
     enqueue_each(reaper, all, 0, 1);
     sched::atomic<std::uint32_t> held{0};  // bit 0: the first holds the item, bit 1: the second
@@ -219,7 +213,7 @@ TEST(ScheduleTest, FreezeParksTheWorkerAndThawResumesIt) {
         x.runs.fetch_add(1, std::memory_order_relaxed);
       }
     };
-    teardown::reaper<item, &item::node, frozen_check, queue> reaper(frozen_check{&frozen}, quiet());
+    teardown::reaper<item, &item::node, frozen_check, queue> reaper(frozen_check{&frozen}, scenario_worker());
     sched::thread producer([&] { enqueue_each(reaper, all, 0, 4); });
     reaper.freeze();
     frozen.store(true, std::memory_order_relaxed);
@@ -239,7 +233,7 @@ TEST(ScheduleTest, StopCoversWhatWasEnqueuedBeforeItAndNothingRunsTwice) {
   const auto result = sched::explore({.name = "stop", .schedules = schedules}, [] {
     std::vector<item> all = items(5);
     {
-      scheduled_reaper reaper(count_runs{}, quiet());
+      scheduled_reaper reaper(count_runs{}, scenario_worker());
       reaper.freeze();  // so that 0 and 1 wait on the queue for whoever takes them: a stop overrides it
       enqueue_each(reaper, all, 0, 2);
       // The producer enqueues once the worker has published its end (stats().running is
@@ -278,7 +272,7 @@ TEST(ScheduleTest, AnEnqueueRacingTheWorkersEndIsTornDownByStopOrByItsProducer) 
   const auto result = sched::explore({.name = "enqueue beside the worker's end", .schedules = schedules}, [] {
     std::vector<item> all = items(2);
     {
-      scheduled_reaper reaper(count_runs{}, quiet());
+      scheduled_reaper reaper(count_runs{}, scenario_worker());
       sched::thread producer([&] { enqueue_each(reaper, all, 0, 2); });
       reaper.stop();
       producer.join();
@@ -297,7 +291,7 @@ TEST(ScheduleTest, AnEnqueueRacingTheWorkersEndIsTornDownByStopOrByItsProducer) 
 TEST(ScheduleTest, CpuTimeReadBesideTheWorkersExitNeverGoesBack) {
   const auto result = sched::explore({.name = "cpu clock beside the worker's exit", .schedules = schedules}, [] {
     std::vector<item> all = items(1);
-    scheduled_reaper reaper(count_runs{}, quiet());
+    scheduled_reaper reaper(count_runs{}, scenario_worker());
     std::vector<std::uint64_t> seen;
     sched::thread reader([&] {
       bool running = true;
@@ -333,7 +327,7 @@ TEST(ScheduleTest, FlushOverAShardedQueueSeesEveryShard) {
     struct two_shards : sharded_queue {
       two_shards() : sharded_queue(2) {}
     };
-    teardown::reaper<item, &item::node, count_runs, two_shards> reaper(count_runs{}, quiet());
+    teardown::reaper<item, &item::node, count_runs, two_shards> reaper(count_runs{}, scenario_worker());
     // Three adders on two shards: two of them share one.
     std::vector<std::unique_ptr<sched::thread>> producers;
     for (std::size_t i = 0; i < all.size(); ++i) {
@@ -385,7 +379,7 @@ TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
     held_steals.store(0);
     {
       teardown::reaper_pool<item, &item::node, count_runs_and_held, taker_queue> pool(
-          count_runs_and_held{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = quiet()});
+          count_runs_and_held{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = scenario_worker()});
       sched::thread producer([&] {
         enqueue_each(pool, all, 0, 3);
         pool.flush();
@@ -446,7 +440,7 @@ void held_batch_is_stolen_by_the_idle_sibling(teardown::drain_order order, const
       rest_done[r].store(0, std::memory_order_relaxed);
     }
     {
-      teardown::reaper_options worker = quiet();
+      teardown::reaper_options worker = scenario_worker();
       worker.order = order;
       teardown::reaper_pool<item, &item::node, first_waits_for_the_rest, sharded_queue> pool(
           first_waits_for_the_rest{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = worker});
@@ -503,7 +497,7 @@ TEST(ScheduleTest, StallWatchdogSeesAnItemQueuedBehindABlockedOne) {
       }
     };
     teardown::reaper<item, &item::node, block_first, recorded_queue> reaper(
-        block_first{}, quiet({.stall_threshold = std::chrono::milliseconds(2)}));
+        block_first{}, scenario_worker({.stall_threshold = std::chrono::milliseconds(2)}));
     publish_and_enqueue(reaper, all[0]);
     all[0].enqueued.store(true, std::memory_order_relaxed);
     {
@@ -544,7 +538,7 @@ TEST(ScheduleTest, ForkParksTheWorkerWhileFnCallsNice) {
     // other, so one worker may still be in fn while the other's control mutex is held.
     std::function<int()> nice_of_first, nice_of_second;
     using nice_reaper = teardown::reaper<item, &item::node, calls_nice, queue>;
-    const teardown::reaper_options parks = quiet({.on_fork = teardown::fork_policy::wait_for_item});
+    const teardown::reaper_options parks = scenario_worker({.on_fork = teardown::fork_policy::wait_for_item});
     nice_reaper first(calls_nice{&nice_of_second}, parks);
     nice_reaper second(calls_nice{&nice_of_first}, parks);
     nice_of_first = [&] { return first.nice(); };
@@ -581,10 +575,11 @@ TEST(ScheduleTest, ALazyPollingWorkerWithBoostAndHelpFlushesEverything) {
   constexpr std::uint64_t lazy_schedules = 10'000;
   const auto result = sched::explore({.name = "lazy polling, boost, help", .schedules = lazy_schedules}, [] {
     std::vector<item> all = items(5);
-    teardown::reaper_options opts = quiet();
+    teardown::reaper_options opts = scenario_worker();
     opts.poll_interval = std::chrono::microseconds(20);
     opts.poll_interval_max = std::chrono::microseconds(200);
     opts.boost_after = std::chrono::microseconds(5);
+    opts.boost_nice = -1;  // above the worker's 0: raised as root, refused as an ordinary user
     struct slow_runs {  // a teardown takes longer than boost_after: a waiting flush helps
       void operator()(item& x) const noexcept {
         sched::sync::sleep_for(std::chrono::microseconds(10));
