@@ -379,7 +379,8 @@ TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
     held_steals.store(0);
     {
       teardown::reaper_pool<item, &item::node, count_runs_and_held, taker_queue> pool(
-          count_runs_and_held{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = scenario_worker()});
+          count_runs_and_held{},
+          {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = scenario_worker()});
       sched::thread producer([&] {
         enqueue_each(pool, all, 0, 3);
         pool.flush();
