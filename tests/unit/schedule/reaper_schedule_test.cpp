@@ -402,15 +402,20 @@ TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
 }
 
 // No lost watch (reaper_pool.hpp, docs/design.md): a sibling that sleeps without a limit must
-// not miss a batch put in held_. In each of two rounds the first item to start blocks until the
+// not miss a batch put in held_. In each of three rounds the first item to start blocks until the
 // rest of its batch is torn down, which only the other worker can do, by stealing it: that
 // worker either watched the batch's start (its limit brings it back when steal_after ripens) or
 // was seen idle and not watching by the holder's scan, which kicks it. The second round meets a
 // sibling that watched in the first (its watching flag goes from true to false beside the
 // holder's scan). A sibling that sleeps for good beside the blocked holder is a deadlock,
 // reported with the schedule's name; a rest that goes missing leaves the holder blocked for good,
-// a hang that ctest's timeout fails.
-constexpr std::size_t kRounds = 2;
+// a hang that ctest's timeout fails. No boost: a flush that helped would wait with a limit, and
+// a lost watch would be a livelock past max_steps (then a real hang) instead of a deadlock. Half
+// the loads that may read an older store do (the default is a tenth): the lost watch needs the
+// holder's load of `watching` to read the true of the sibling's last watch, and with the
+// holder's seq_cst load weakened to acquire (planted_bugs.py: lost_watch) pct:79 deadlocks;
+// at a tenth, 10,000 schedules could miss it.
+constexpr std::size_t kRounds = 3;
 constexpr std::size_t kBatch = 3;
 std::atomic<int> first_to_start[kRounds];
 sched::atomic<std::uint32_t> rest_done[kRounds];
@@ -434,7 +439,12 @@ struct first_waits_for_the_rest {
 // The thief keeps the older half of the held rest and puts the newer half back on the victim's
 // queue in the pool's run order: both orders, half the schedules each.
 void held_batch_is_stolen_by_the_idle_sibling(teardown::drain_order order, const char* name) {
-  const auto result = sched::explore({.name = name, .schedules = schedules / 2}, [order] {
+  const bool oldest_first = order == teardown::drain_order::oldest_first;
+  const sched::explore_options opts{.name = name,
+                                    .schedules = schedules / 2,
+                                    .seed = oldest_first ? 1 : 1 + schedules / 2,  // seeds of their own
+                                    .stale_per_mille = 500};
+  const auto result = sched::explore(opts, [order] {
     std::vector<item> all = items(static_cast<int>(kRounds * kBatch));
     for (std::size_t r = 0; r < kRounds; ++r) {
       first_to_start[r].store(-1, std::memory_order_relaxed);
@@ -443,10 +453,7 @@ void held_batch_is_stolen_by_the_idle_sibling(teardown::drain_order order, const
     {
       teardown::reaper_options worker = scenario_worker();
       worker.order = order;
-      // The default nice 19, not the scenarios' 0: the worker's setup then takes the steps that
-      // let these schedules reach a lost watch (planted_bugs.py: lost_watch, caught at
-      // pct:2913 as root); at nice 0, 20,000 schedules missed it. Slower beside a spinner.
-      worker.nice = 19;
+      worker.boost_after = std::chrono::nanoseconds(0);
       teardown::reaper_pool<item, &item::node, first_waits_for_the_rest, sharded_queue> pool(
           first_waits_for_the_rest{}, {.workers = 2, .steal_after = std::chrono::microseconds(1), .worker = worker});
       for (std::size_t r = 0; r < kRounds; ++r) {
