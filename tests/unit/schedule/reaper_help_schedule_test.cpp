@@ -66,8 +66,8 @@ TEST(HelpScheduleTest, HelpingFlushesWaitForEverythingBeforeThemAndNothingRunsTw
     std::vector<item> all(8);
     for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
     sched::atomic<std::uint32_t> go{0};
-    // nice 0: the waiters' own, so no raise can be in force (an ordinary user's worker).
-    helping_reaper reaper(held_first{&go}, {.nice = 0, .spin_polls = 0, .boost_after = 1ms});
+    // scenario_worker's nice 0: the waiters' own, so no raise can be in force (an ordinary user's worker).
+    helping_reaper reaper(held_first{&go}, scenario_worker({.boost_after = 1ms}));
     for (std::size_t i = 0; i < 6; ++i) publish_and_enqueue(reaper, all[i]);
     const auto flusher = [&](bool timed) {
       flush_or_flush_for(reaper, timed);
@@ -111,7 +111,7 @@ TEST(HelpScheduleTest, AShareInAHelpersHandsKeepsTheOtherFlushWaiting) {
     std::vector<item> all(8);
     for (std::size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<int>(i);
     sched::atomic<std::uint32_t> go{0};
-    helping_reaper reaper(held_first{&go}, {.nice = 0, .spin_polls = 0, .boost_after = 1ms});
+    helping_reaper reaper(held_first{&go}, scenario_worker({.boost_after = 1ms}));
     reaper.freeze();  // one batch: the worker takes all eight at the thaw
     for (item& x : all) publish_and_enqueue(reaper, x);
     reaper.thaw();

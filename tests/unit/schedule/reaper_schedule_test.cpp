@@ -405,9 +405,9 @@ TEST(ScheduleTest, PoolFlushCoversStolenAndHeldItems) {
 // not miss a batch put in held_. In each of three rounds the first item to start blocks until the
 // rest of its batch is torn down, which only the other worker can do, by stealing it: that
 // worker either watched the batch's start (its limit brings it back when steal_after ripens) or
-// was seen idle and not watching by the holder's scan, which kicks it. The second round meets a
-// sibling that watched in the first (its watching flag goes from true to false beside the
-// holder's scan). A sibling that sleeps for good beside the blocked holder is a deadlock,
+// was seen idle and not watching by the holder's scan, which kicks it. Each later round meets a
+// sibling that may have watched in the one before (its watching flag goes from true to false
+// beside the holder's scan). A sibling that sleeps for good beside the blocked holder is a deadlock,
 // reported with the schedule's name; a rest that goes missing leaves the holder blocked for good,
 // a hang that ctest's timeout fails. No boost: a flush that helped would wait with a limit, and
 // a lost watch would be a livelock past max_steps (then a real hang) instead of a deadlock. Half
